@@ -1,0 +1,1 @@
+"""The ``conveyor`` command (installed as the ``conveyor_cli`` package)."""

@@ -1,0 +1,3 @@
+from conveyor_cli.app import main
+
+main()

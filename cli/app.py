@@ -1,0 +1,29 @@
+"""Root of the ``conveyor`` command: one typer app, each command group in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+from conveyor_cli import client_cmds, conformance_cmd, server_cmd, worker_cmd
+
+app = typer.Typer(
+    name="conveyor",
+    help="Conveyor for Python: run workers, the reference server, producer and operator commands.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+server_cmd.register(app)
+worker_cmd.register(app)
+client_cmds.register(app)
+conformance_cmd.register(app)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""conveyor_conformance: the executable conveyor.v1 conformance suite."""

@@ -1,0 +1,1 @@
+"""Runtime layer: the asyncio worker, handler registry, execution context and executors."""
