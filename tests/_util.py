@@ -1,0 +1,36 @@
+"""Wait on conditions with timeouts (never fixed sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> T:
+    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate!r}")
+        time.sleep(interval)
+
+
+async def eventually(
+    predicate: Callable[[], Awaitable[T]], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> T:
+    """Async form of :func:`wait_until` for coroutine predicates."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate!r}")
+        await asyncio.sleep(interval)
