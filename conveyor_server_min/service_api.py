@@ -1,0 +1,110 @@
+"""The seam between the server's HTTP layer (``_http``) and its services (``_services``).
+
+The HTTP layer owns sockets, HTTP/1.1 + HTTP/2 + TLS, gRPC and Connect framing,
+content types, auth and status mapping. It decodes request bytes into the
+``request_type`` message and calls the handler; it encodes the response. A
+handler signals failure by raising :class:`conveyor_sdk.errors.ConveyorError`;
+any other exception becomes ``internal`` (logged) and never takes down another
+call or session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from google.protobuf.message import Message
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+
+__all__ = [
+    "CallContext",
+    "EngineConfig",
+    "ServerStreamMethod",
+    "ServiceSet",
+    "SessionHandler",
+    "UnaryMethod",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """What a handler may know about its caller."""
+
+    peer: str
+    headers: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class UnaryMethod:
+    """A unary RPC: ``path`` is ``/conveyor.v1.<Service>/<Method>``."""
+
+    path: str
+    request_type: type[Message]
+    response_type: type[Message]
+    handler: Callable[[Message, CallContext], Awaitable[Message]]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStreamMethod:
+    """A server-streaming RPC (WatchEvents)."""
+
+    path: str
+    request_type: type[Message]
+    response_type: type[Message]
+    handler: Callable[[Message, CallContext], AsyncIterator[Message]]
+
+
+class SessionHandler(Protocol):
+    """WorkerService.Session: return normally for a clean end (OK); raise ConveyorError otherwise.
+
+    ``recv`` yields decoded WorkerMessages and ends when the worker half-closes.
+    ``send`` applies HTTP/2 flow control (it may wait); it raises ConveyorError
+    when the stream is gone. The handler runs as one task per stream; when the
+    transport cancels it (RST_STREAM, connection loss) it must release the
+    session's leased tasks exactly as for a clean close.
+    """
+
+    async def __call__(
+        self,
+        ctx: CallContext,
+        recv: AsyncIterator[pb.WorkerMessage],
+        send: Callable[[pb.ServerMessage], Awaitable[None]],
+    ) -> None: ...
+
+
+class ServiceSet(Protocol):
+    """Everything the HTTP layer serves, plus lifecycle."""
+
+    unary: Mapping[str, UnaryMethod]
+    server_streams: Mapping[str, ServerStreamMethod]
+    session: SessionHandler
+
+    async def start(self) -> None:
+        """Start background loops (promoter, reaper, group sweeper)."""
+
+    async def stop(self) -> None:
+        """End every session cleanly (leases released), stop loops. Idempotent."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Engine settings; durations in seconds. Defaults match upstream conveyord."""
+
+    lease_ttl: float = 60.0
+    reap_interval: float = 15.0
+    promote_interval: float = 1.0
+    group_max_size: int = 100
+    group_max_delay: float = 60.0
+    group_grace_period: float = 10.0
+    group_sweep_interval: float = 1.0
+    default_max_retry: int = 25
+    retry_backoff_strategy: str = "exponential"
+    retry_backoff_base: float = 2.0
+    retry_backoff_cap: float = 900.0
+    lease_batch_max: int = 100
+    server_version: str = "v0.1.0"
+    min_sdk_version: str = "v0.0.0-0"
+    events_enabled: bool = True
+    extras: Mapping[str, str] = field(default_factory=dict)
