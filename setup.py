@@ -10,7 +10,9 @@ RENAMED = {"conveyor_cli": "cli", "conveyor_conformance": "conformance"}
 
 
 def _packages() -> list[str]:
-    found = find_packages(include=["conveyor_sdk", "conveyor_sdk.*", "conveyor_server_min", "conveyor_server_min.*"])
+    found = find_packages(
+        include=["conveyor_sdk", "conveyor_sdk.*", "conveyor_server_min", "conveyor_server_min.*"]
+    )
     for name, folder in RENAMED.items():
         found += [name + pkg[len(folder) :] for pkg in find_packages(include=[folder, folder + ".*"])]
     return found

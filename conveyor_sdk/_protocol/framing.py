@@ -126,7 +126,9 @@ def error_from_grpc_trailers(trailers: dict[str, str]) -> ConveyorError | None:
     return error_for_code(Code.from_grpc(number), grpc_message_decode(trailers.get("grpc-message", "")))
 
 
-def connect_end_stream_payload(error: ConveyorError | None, metadata: dict[str, list[str]] | None = None) -> bytes:
+def connect_end_stream_payload(
+    error: ConveyorError | None, metadata: dict[str, list[str]] | None = None
+) -> bytes:
     """JSON body of a Connect end-of-stream frame."""
     body: dict[str, Any] = {}
     if error is not None:
