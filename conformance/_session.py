@@ -1,0 +1,203 @@
+"""A raw worker session for server checks: frames in, frames out, through the SDK transport.
+
+No SDK worker logic sits in the way: the check decides every frame. A reader
+task pumps server frames into a queue so ``recv`` can time out without
+cancelling the transport's own read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor_conformance.model import CheckFailed
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk.errors import ConveyorError, Internal
+
+__all__ = ["RawSession", "StreamEnded", "open_raw_session"]
+
+_END = object()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnded:
+    """How the server ended the stream: ``error`` is None for a clean end."""
+
+    error: ConveyorError | None
+
+
+async def open_raw_session(url: str, token: str | None, protocol: str = "grpc") -> RawSession:
+    """Open a Session stream with the SDK transport (no frames sent yet)."""
+    from conveyor_sdk._transport import TransportOptions, open_session
+
+    opts = TransportOptions(token=token, protocol=protocol)  # type: ignore[call-arg]
+    stream: Any = open_session(url, opts)
+    if inspect.isawaitable(stream):
+        stream = await stream
+    return RawSession(stream)
+
+
+class RawSession:
+    """One bidirectional stream driven frame by frame."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._frames: asyncio.Queue[object] = asyncio.Queue()
+        self._reader = asyncio.get_running_loop().create_task(self._pump(), name="conformance-session-reader")
+        self.ended: StreamEnded | None = None
+        self.sent_close = False
+
+    def __repr__(self) -> str:
+        return f"<RawSession ended={self.ended} queued={self._frames.qsize()}>"
+
+    async def _pump(self) -> None:
+        error: ConveyorError | None = None
+        try:
+            while True:
+                msg = await self._stream.recv()
+                if msg is None:
+                    break
+                self._frames.put_nowait(msg)
+        except ConveyorError as exc:
+            error = exc
+        except Exception as exc:  # a foreign exception from the transport is itself a finding
+            error = Internal(f"transport raised {type(exc).__name__}: {exc}")
+        self._frames.put_nowait(StreamEnded(error))
+
+    # --- sending ----------------------------------------------------------------------------
+
+    async def send(self, msg: pb.WorkerMessage) -> None:
+        """Send one WorkerMessage."""
+        await _maybe_await(self._stream.send(msg))
+
+    async def send_raw(self, data: bytes) -> None:
+        """Send raw protobuf bytes as one message frame."""
+        await _maybe_await(self._stream.send_raw(data))
+
+    async def hello(
+        self, queues: dict[str, int], concurrency: int = 1, *, within: float = 10.0, **fields: Any
+    ) -> pb.Welcome:
+        """Send Hello and return the Welcome (CheckFailed if anything else arrives)."""
+        fields.setdefault("sdk_version", "conveyor-conformance/0.1.0")
+        await self.send(pb.WorkerMessage(hello=pb.Hello(queues=queues, concurrency=concurrency, **fields)))
+        msg = await self.expect("welcome", within)
+        return msg.welcome
+
+    async def result(self, task_id: str, outcome: int, error_msg: str = "", result: bytes = b"") -> None:
+        """Send one Result frame."""
+        res = pb.Result(task_id=task_id, outcome=outcome, error_msg=error_msg, result=result)  # type: ignore[arg-type]
+        await self.send(pb.WorkerMessage(result=res))
+
+    async def heartbeat(self, ids: list[str]) -> None:
+        """Send one Heartbeat listing ``ids``."""
+        await self.send(pb.WorkerMessage(heartbeat=pb.Heartbeat(active_task_ids=ids)))
+
+    async def close_send(self) -> None:
+        """Half-close the request side (graceful end)."""
+        if not self.sent_close:
+            self.sent_close = True
+            await _maybe_await(self._stream.close_send())
+
+    # --- receiving --------------------------------------------------------------------------
+
+    async def recv(self, within: float) -> pb.ServerMessage | StreamEnded | None:
+        """Next server frame, a StreamEnded, or None when nothing arrived within ``within``."""
+        if self.ended is not None:
+            return self.ended
+        try:
+            item = await asyncio.wait_for(self._frames.get(), within)
+        except TimeoutError:
+            return None
+        if isinstance(item, StreamEnded):
+            self.ended = item
+            return item
+        assert isinstance(item, pb.ServerMessage)
+        return item
+
+    async def expect(
+        self, kind: str, within: float = 10.0, *, skip: tuple[str, ...] = ("ping",)
+    ) -> pb.ServerMessage:
+        """Next frame must be ``kind`` (frames in ``skip`` are ignored)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + within
+        while True:
+            item = await self.recv(max(0.0, end - loop.time()))
+            if item is None:
+                raise CheckFailed(f"no {kind} frame within {within:g}s")
+            if isinstance(item, StreamEnded):
+                raise CheckFailed(f"stream ended ({_describe_end(item)}) while waiting for {kind}")
+            got = item.WhichOneof("frame")
+            if got in skip:
+                continue
+            if got != kind:
+                raise CheckFailed(f"expected {kind}, got {got}: {_short(item)}")
+            return item
+
+    async def expect_end(self, within: float = 10.0) -> StreamEnded:
+        """Wait for the stream to end; frames arriving meanwhile are discarded."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + within
+        while True:
+            item = await self.recv(max(0.0, end - loop.time()))
+            if item is None:
+                raise CheckFailed(f"stream did not end within {within:g}s")
+            if isinstance(item, StreamEnded):
+                return item
+
+    async def expect_error(self, within: float = 10.0, *, allow_frames: bool = False) -> ConveyorError:
+        """The stream must end with an error (before any frame unless ``allow_frames``)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + within
+        while True:
+            item = await self.recv(max(0.0, end - loop.time()))
+            if item is None:
+                raise CheckFailed(f"stream still open {within:g}s later; expected an error")
+            if isinstance(item, StreamEnded):
+                if item.error is None:
+                    raise CheckFailed("stream ended cleanly; expected an error status")
+                return item.error
+            if not allow_frames:
+                raise CheckFailed(f"expected the stream to fail, got {item.WhichOneof('frame')} frame")
+
+    async def quiet(self, duration: float, kinds: tuple[str, ...] = ("dispatch", "batch_dispatch")) -> None:
+        """Assert that no frame of ``kinds`` arrives within ``duration`` seconds."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + duration
+        while (left := end - loop.time()) > 0:
+            item = await self.recv(left)
+            if item is None:
+                return
+            if isinstance(item, StreamEnded):
+                raise CheckFailed(f"stream ended unexpectedly ({_describe_end(item)})")
+            if item.WhichOneof("frame") in kinds:
+                raise CheckFailed(f"unexpected {item.WhichOneof('frame')}: {_short(item)}")
+
+    async def aclose(self) -> None:
+        """Close the stream and stop the reader (idempotent, never raises)."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.close_send(), 2)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(_maybe_await(self._stream.aclose()), 5)
+        self._reader.cancel()
+        with contextlib.suppress(BaseException):
+            await self._reader
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _describe_end(item: StreamEnded) -> str:
+    if item.error is None:
+        return "clean end"
+    return f"{item.error.code.connect_name}: {item.error.message}"
+
+
+def _short(msg: pb.ServerMessage) -> str:
+    text = str(msg).replace("\n", " ")
+    return text[:160]
