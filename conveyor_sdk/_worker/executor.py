@@ -33,10 +33,12 @@ Contract (every executor):
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
+
+# Defined in the protocol layer (the session machine names them); re-exported here unchanged.
+from conveyor_sdk._protocol.types import CancelReason, OutcomeKind
 
 __all__ = [
     "CancelReason",
@@ -47,24 +49,6 @@ __all__ = [
     "OutcomeKind",
     "TaskData",
 ]
-
-
-class CancelReason(enum.Enum):
-    """Why the core cancelled a job; handlers see it on ``ctx.cancel_reason``."""
-
-    DEADLINE = "deadline"
-    SERVER_CANCEL = "server-cancel"
-    DRAIN = "drain"
-
-
-class OutcomeKind(enum.IntEnum):
-    """Mirrors the wire ``TaskOutcome`` numbers."""
-
-    UNSPECIFIED = 0
-    SUCCESS = 1
-    RETRY = 2
-    SKIP_RETRY = 3
-    RELEASED = 4
 
 
 @dataclass(frozen=True, slots=True)
