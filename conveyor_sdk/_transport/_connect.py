@@ -1,0 +1,96 @@
+"""Connection set-up helpers: URL parsing, request headers, TLS contexts, socket errors.
+
+Foreign exceptions raised while connecting (OS, ssl, timeouts) are translated
+here and only here.
+"""
+
+from __future__ import annotations
+
+import ssl
+import urllib.parse
+from dataclasses import dataclass
+
+from conveyor_sdk._transport._status import CONTENT_TYPES
+from conveyor_sdk._transport.options import TLSOptions, TransportOptions
+from conveyor_sdk.errors import ConveyorError, InvalidArgument, Unavailable
+
+__all__ = ["Target", "connect_error", "parse_target", "request_headers", "tls_context"]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where to connect: scheme, host, port and the ``:authority`` value."""
+
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def authority(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_target(url: str) -> Target:
+    """Parse ``http://host:port`` (h2c) or ``https://host:port`` (TLS)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidArgument(f"invalid server URL {url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise InvalidArgument(f"server URL {url!r} must start with http:// (h2c) or https:// (TLS)")
+    if not parts.hostname:
+        raise InvalidArgument(f"server URL {url!r} has no host")
+    default = 443 if parts.scheme == "https" else 80
+    return Target(parts.scheme, parts.hostname, port or default)
+
+
+def request_headers(target: Target, path: str, options: TransportOptions) -> list[tuple[str, str]]:
+    """HTTP/2 request headers for the session stream."""
+    if options.protocol not in CONTENT_TYPES:
+        raise InvalidArgument(f"unknown protocol {options.protocol!r}; use 'grpc' or 'connect'")
+    headers = [
+        (":method", "POST"),
+        (":scheme", target.scheme),
+        (":path", path),
+        (":authority", target.authority),
+        ("content-type", CONTENT_TYPES[options.protocol]),
+        ("user-agent", options.user_agent),
+    ]
+    if options.protocol == "grpc":
+        headers += [("te", "trailers"), ("grpc-accept-encoding", "identity")]
+    if options.token:
+        headers.append(("authorization", f"Bearer {options.token}"))
+    for name, value in options.extra_headers:
+        headers.append((name.lower(), value))
+    return headers
+
+
+def tls_context(tls: TLSOptions | None) -> ssl.SSLContext:
+    """A verifying client context offering only ALPN ``h2``."""
+    tls = tls or TLSOptions()
+    try:
+        ctx = ssl.create_default_context(cafile=tls.ca_file)
+        if tls.cert_file:
+            ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise InvalidArgument(f"cannot load TLS files: {exc}") from None
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+def connect_error(exc: BaseException, target: Target) -> ConveyorError:
+    """Translate an exception raised while connecting to ``target``."""
+    where = f"{target.host}:{target.port}"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        reason = exc.verify_message or str(exc)
+        return Unavailable(f"TLS certificate verification failed for {where}: {reason}", retryable=False)
+    if isinstance(exc, ssl.SSLError):
+        return Unavailable(f"TLS handshake with {where} failed: {exc.reason or exc}")
+    if isinstance(exc, TimeoutError):
+        return Unavailable(f"timed out connecting to {where}")
+    if isinstance(exc, OSError):
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return Unavailable(f"cannot connect to {where}: {reason}")
+    return Unavailable(f"cannot connect to {where}: {exc!r}")

@@ -1,0 +1,277 @@
+"""Asyncio shell around :class:`SessionCore`: one socket, one session stream.
+
+The socket is driven by an :class:`asyncio.Protocol` (no background tasks):
+``data_received`` feeds the core, and every state change ends in
+:meth:`SessionStream._write_out`, the single place that writes to the socket.
+Waiting callers (``recv``/``send``) are woken through per-waiter futures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._transport import _connect
+from conveyor_sdk._transport.core import SessionCore
+from conveyor_sdk._transport.options import TransportOptions
+from conveyor_sdk.errors import ConveyorError, Internal
+
+__all__ = ["DEFAULT_PATH", "SessionStream", "open_session"]
+
+log = logging.getLogger("conveyor.transport")
+
+DEFAULT_PATH = "/conveyor.v1.WorkerService/Session"
+_CLOSE_WAIT = 2.0
+
+
+class _SocketProtocol(asyncio.Protocol):
+    """Forwards transport callbacks to the owning :class:`SessionStream`."""
+
+    def __init__(self, stream: SessionStream) -> None:
+        self._stream = stream
+
+    def data_received(self, data: bytes) -> None:
+        self._stream._on_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stream._on_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._stream._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._stream._write_paused = False
+        self._stream._notify()
+
+
+class SessionStream:
+    """One bidirectional session stream (``WorkerMessage`` out, ``ServerMessage`` in).
+
+    Safe for several tasks to ``send`` concurrently (messages go out whole, in call
+    order); ``recv`` is meant for one reader task. Every failure is a ConveyorError.
+    """
+
+    def __init__(self, core: SessionCore, *, protocol: str) -> None:
+        self._core = core
+        self.protocol = protocol
+        self._transport: asyncio.Transport | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._write_paused = False
+        self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._closed = False
+        self.messages_sent = 0
+        self.messages_received = 0
+
+    def __repr__(self) -> str:
+        counts = f"sent={self.messages_sent} received={self.messages_received}"
+        return f"<SessionStream {self.protocol} {counts} {self._core!r}>"
+
+    # ---- public API ----------------------------------------------------------------------------
+
+    @property
+    def response_headers(self) -> dict[str, str] | None:
+        """Response headers once received (None before)."""
+        return self._core.response_headers
+
+    @property
+    def trailers(self) -> dict[str, str]:
+        """gRPC trailers (or Trailers-Only headers) once received; empty before."""
+        return self._core.trailers
+
+    @property
+    def goaway_received(self) -> bool:
+        """True once the server announced it is going away."""
+        return self._core.goaway_received
+
+    def statistics(self) -> dict[str, Any]:
+        """Snapshot of counters for observability."""
+        core = self._core
+        return {
+            "protocol": self.protocol,
+            "messages_sent": self.messages_sent,
+            "messages_received": self.messages_received,
+            "bytes_queued": core.queued,
+            "bytes_flushed": core.flushed,
+            "unread_messages": core.unread,
+            "finished": core.finished,
+        }
+
+    async def send(self, msg: pb.WorkerMessage) -> None:
+        """Send one message; returns once it is within the peer's flow-control window."""
+        await self._send_bytes(msg.SerializeToString(), framed=False)
+
+    async def send_raw(self, data: bytes, *, framed: bool = False) -> None:
+        """Send raw message bytes (``framed=True``: already length-prefixed, sent verbatim)."""
+        await self._send_bytes(bytes(data), framed=framed)
+
+    async def recv(self) -> pb.ServerMessage | None:
+        """Next server message; None after a clean end; raises ConveyorError on failure."""
+        core = self._core
+        while True:
+            data = core.take_message()
+            if data is not None:
+                self._write_out()
+                self.messages_received += 1
+                return _parse(data)
+            if core.finished:
+                if core.error is not None:
+                    raise core.error
+                return None
+            await self._wait()
+
+    async def close_send(self) -> None:
+        """Half-close the request side (END_STREAM) once queued messages went out."""
+        core = self._core
+        if core.send_closed:
+            return
+        core.close_send()
+        self._write_out()
+        while not core.send_closed and not core.connection_closed:
+            await self._wait()
+        if not core.send_closed and core.error is not None:
+            raise core.error
+
+    async def aclose(self) -> None:
+        """Cancel the stream if still open and close the connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._core.connection_closed:
+            self._core.cancel()
+            self._write_out()
+        else:
+            self._core.cancel()
+        self._notify()
+        transport = self._transport
+        if transport is None:
+            return
+        transport.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._lost), _CLOSE_WAIT)
+        except TimeoutError:
+            transport.abort()
+
+    async def __aenter__(self) -> SessionStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # ---- internals -----------------------------------------------------------------------------
+
+    async def _send_bytes(self, data: bytes, *, framed: bool) -> None:
+        core = self._core
+        blocker = core.send_blocker()
+        if blocker is not None:
+            raise blocker
+        end = core.queue_message(data, framed=framed)
+        self._write_out()
+        self.messages_sent += 1
+        while core.flushed < end or self._write_paused:
+            blocker = core.send_blocker()
+            if blocker is not None:
+                raise blocker
+            await self._wait()
+
+    def _attach(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._write_out()
+
+    def _write_out(self) -> None:
+        data = self._core.data_to_send()
+        transport = self._transport
+        if data and transport is not None and not transport.is_closing():
+            transport.write(data)
+        if self._core.connection_closed and transport is not None and not transport.is_closing():
+            transport.close()
+
+    def _on_data(self, data: bytes) -> None:
+        self._core.receive_data(data)
+        self._write_out()
+        self._notify()
+
+    def _on_lost(self, exc: Exception | None) -> None:
+        self._core.connection_lost(exc)
+        if not self._lost.done():
+            self._lost.set_result(None)
+        self._notify()
+
+    def _notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _wait(self) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        finally:
+            if fut in self._waiters:
+                self._waiters.remove(fut)
+
+
+def _parse(data: bytes) -> pb.ServerMessage:
+    msg = pb.ServerMessage()
+    try:
+        msg.ParseFromString(data)
+    except DecodeError as exc:
+        raise Internal(f"the server sent a message that is not a valid ServerMessage: {exc}") from None
+    return msg
+
+
+async def open_session(
+    url: str, options: TransportOptions | None = None, *, path: str = DEFAULT_PATH
+) -> SessionStream:
+    """Connect to ``url`` and open the session stream (request HEADERS sent; no response awaited).
+
+    ``http://`` uses h2c with prior knowledge; ``https://`` uses TLS with ALPN ``h2``.
+    Raises :class:`~conveyor_sdk.errors.Unavailable` when the server cannot be reached and
+    :class:`~conveyor_sdk.errors.InvalidArgument` for a bad URL or unreadable TLS files.
+    """
+    options = options or TransportOptions()
+    target = _connect.parse_target(url)
+    headers = _connect.request_headers(target, path, options)
+    ssl_ctx = _connect.tls_context(options.tls) if target.scheme == "https" else None
+    server_hostname = None
+    if ssl_ctx is not None:
+        server_hostname = (options.tls.server_hostname if options.tls else None) or target.host
+    core = SessionCore(options.protocol, max_message=options.max_message)
+    core.start(headers)  # queued before connecting: the server may talk first
+    stream = SessionStream(core, protocol=options.protocol)
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(options.connect_timeout):
+            transport, _ = await loop.create_connection(
+                lambda: _SocketProtocol(stream),
+                target.host,
+                target.port,
+                ssl=ssl_ctx,
+                server_hostname=server_hostname,
+            )
+    except ConveyorError:
+        raise
+    except (OSError, TimeoutError) as exc:
+        raise _connect.connect_error(exc, target) from None
+    _check_alpn(transport, target)
+    stream._attach(transport)
+    return stream
+
+
+def _check_alpn(transport: asyncio.BaseTransport, target: _connect.Target) -> None:
+    ssl_obj = transport.get_extra_info("ssl_object")
+    if ssl_obj is None:
+        return
+    if ssl_obj.selected_alpn_protocol() != "h2":
+        transport.abort()
+        raise _connect.connect_error(
+            OSError(
+                f"the server did not negotiate HTTP/2 via ALPN (got {ssl_obj.selected_alpn_protocol()!r})"
+            ),
+            target,
+        )

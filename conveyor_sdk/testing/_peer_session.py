@@ -1,0 +1,157 @@
+"""One scripted server-side session stream (see :class:`PeerSession`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING
+
+from h2.errors import ErrorCodes
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._protocol.framing import (
+    FLAG_END_STREAM,
+    FrameDecoder,
+    connect_end_stream_payload,
+    encode_frame,
+    grpc_message_encode,
+)
+from conveyor_sdk.errors import Code, error_for_code
+
+if TYPE_CHECKING:
+    from conveyor_sdk.testing._peer_conn import PeerConnection
+
+__all__ = ["PeerSession"]
+
+CONTENT_TYPES = {"grpc": "application/grpc", "connect": "application/connect+proto"}
+
+
+class PeerSession:
+    """The server end of one session stream opened by the client under test.
+
+    Attributes:
+        headers: the request headers (lower-case names; pseudo-headers included).
+        stream_id: the HTTP/2 stream id.
+        client_half_closed: True once the client sent END_STREAM.
+        client_reset: the RST_STREAM error code the client sent, or None.
+    """
+
+    def __init__(self, conn: PeerConnection, stream_id: int, headers: dict[str, str], protocol: str) -> None:
+        self._conn = conn
+        self.stream_id = stream_id
+        self.headers = headers
+        self.protocol = protocol
+        self.client_half_closed = False
+        self.client_reset: int | None = None
+        self.headers_sent = False
+        self.ended = False
+        self._decoder = FrameDecoder(max_message=1 << 30)
+        self._inbox: deque[bytes] = deque()
+        self._unacked = 0
+        self._queued = 0
+        self.recv_high_water = 64 * 1024
+
+    def __repr__(self) -> str:
+        return f"<PeerSession stream={self.stream_id} unread={len(self._inbox)} ended={self.ended}>"
+
+    # ---- reading ---------------------------------------------------------------------------------
+
+    async def recv_raw(self, timeout: float = 10.0) -> bytes | None:  # noqa: ASYNC109  # per-call timeouts are the documented test API
+        """Next raw message from the client; None once it half-closed (or reset) with nothing queued."""
+        async with asyncio.timeout(timeout):
+            while not self._inbox:
+                if self.client_half_closed or self.client_reset is not None or self._conn.closed:
+                    return None
+                await self._conn.signal.wait()
+        data = self._inbox.popleft()
+        self._queued -= len(data) + 5
+        self._maybe_ack()
+        return data
+
+    async def recv(self, timeout: float = 10.0) -> pb.WorkerMessage | None:  # noqa: ASYNC109  # per-call timeouts are the documented test API
+        """Next ``WorkerMessage``; None once the client half-closed. Raises TimeoutError."""
+        data = await self.recv_raw(timeout)
+        if data is None:
+            return None
+        msg = pb.WorkerMessage()
+        msg.ParseFromString(data)
+        return msg
+
+    async def wait_closed_by_client(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109  # per-call timeouts are the documented test API
+        """Wait until the client half-closed or reset the stream."""
+        async with asyncio.timeout(timeout):
+            while not (self.client_half_closed or self.client_reset is not None or self._conn.closed):
+                await self._conn.signal.wait()
+
+    @property
+    def unread(self) -> int:
+        """Complete client messages received but not yet read by the script."""
+        return len(self._inbox)
+
+    # ---- writing ---------------------------------------------------------------------------------
+
+    async def send_headers(self, extra: tuple[tuple[str, str], ...] = (), status: int = 200) -> None:
+        """Send the response HEADERS now (``send``/``end`` do it implicitly)."""
+        if self.headers_sent:
+            return
+        self.headers_sent = True
+        if not any(name == "content-type" for name, _ in extra):
+            extra = (("content-type", CONTENT_TYPES[self.protocol]), *extra)
+        headers = [(":status", str(status)), *extra]
+        self._conn.h2.send_headers(self.stream_id, headers)
+        await self._conn.flush()
+
+    async def send(self, msg: pb.ServerMessage) -> None:
+        """Send one ``ServerMessage`` (waits for flow-control window as needed)."""
+        await self.send_raw(msg.SerializeToString())
+
+    async def send_raw(self, data: bytes, *, framed: bool = False, end_stream: bool = False) -> None:
+        """Send raw message bytes; ``framed=True`` sends ``data`` verbatim as DATA."""
+        await self.send_headers()
+        await self._conn.send_data(self.stream_id, data if framed else encode_frame(data), end_stream)
+        self.ended = self.ended or end_stream
+
+    async def end(self, code: Code | None = None, message: str = "") -> None:
+        """Finish the stream: gRPC trailers / Connect end-of-stream message. ``code=None`` means OK."""
+        if self.ended:
+            return
+        if self.protocol == "connect":
+            err = None if code is None else error_for_code(code, message)
+            payload = encode_frame(connect_end_stream_payload(err), flags=FLAG_END_STREAM)
+            await self.send_raw(payload, framed=True, end_stream=True)
+            return
+        trailers = [("grpc-status", str(code.grpc if code else 0))]
+        if message:
+            trailers.append(("grpc-message", grpc_message_encode(message)))
+        if not self.headers_sent:  # Trailers-Only response
+            self.headers_sent = True
+            headers = [(":status", "200"), ("content-type", CONTENT_TYPES["grpc"]), *trailers]
+            self._conn.h2.send_headers(self.stream_id, headers, end_stream=True)
+        else:
+            self._conn.h2.send_headers(self.stream_id, trailers, end_stream=True)
+        self.ended = True
+        await self._conn.flush()
+
+    async def reset(self, error_code: int = ErrorCodes.CANCEL) -> None:
+        """Abort the stream with RST_STREAM (default CANCEL)."""
+        self.ended = True
+        self._conn.h2.reset_stream(self.stream_id, error_code)
+        await self._conn.flush()
+
+    async def ping(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109  # per-call timeouts are the documented test API
+        """Send a PING on this session's connection and wait for the client's ACK."""
+        await self._conn.ping(timeout)
+
+    # ---- fed by the connection -------------------------------------------------------------------
+
+    def _on_data(self, data: bytes, flow_len: int) -> None:
+        self._unacked += flow_len
+        for frame in self._decoder.feed(data):
+            self._inbox.append(frame.data)
+            self._queued += len(frame.data) + 5
+        self._maybe_ack()
+
+    def _maybe_ack(self) -> None:
+        if self._unacked and self._queued <= self.recv_high_water and not self._conn.closed:
+            self._conn.ack(self.stream_id, self._unacked)
+            self._unacked = 0
