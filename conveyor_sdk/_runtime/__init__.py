@@ -1,0 +1,1 @@
+"""Multi-process worker runtime: process executor, child entry point, pools, supervisor."""

@@ -1,0 +1,234 @@
+"""Child process entry point: ``python -m conveyor_sdk._runtime.child --app SPEC --rfd R --wfd W``.
+
+Life of a child:
+
+1. Ask the kernel to SIGKILL us when the supervisor dies (``PR_SET_PDEATHSIG``),
+   ignore the terminal's SIGINT (the supervisor decides what a Ctrl-C means).
+2. Import the app once. On failure send :class:`ImportFailed` and exit 3/4.
+3. Send :class:`Ready`, then serve frames on an asyncio loop: each ``RunJob``
+   runs through the worker core's :func:`invoke_async` (async handlers on this
+   loop, sync handlers in a thread pool of ``--capacity`` threads) and is
+   answered by one ``JobDone``. ``Beat`` frames go out every ``--beat``
+   seconds from the loop, so a loop blocked by a handler shows up as silence.
+4. ``Stop`` -> finish running jobs, exit 0. End of file on the command pipe
+   (the supervisor is gone) -> exit at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import contextvars
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from conveyor_sdk._runtime import pipe
+from conveyor_sdk._runtime.appload import AppLoadError, load_app
+from conveyor_sdk._worker.context import CancelSignal, ProgressSink
+from conveyor_sdk._worker.executor import CancelReason, Outcome, OutcomeKind
+from conveyor_sdk._worker.invoke import invoke_async
+from conveyor_sdk._worker.registry import Registry
+
+__all__ = ["current_task_id", "main"]
+
+log = logging.getLogger("conveyor.runtime.child")
+current_task_id: contextvars.ContextVar[str] = contextvars.ContextVar("conveyor_task_id", default="")
+_PR_SET_PDEATHSIG = 1
+T = TypeVar("T")
+
+
+def set_parent_death_signal() -> None:
+    """Linux: die with SIGKILL when the parent exits (best effort elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def read_rss(pid: int | str = "self") -> int:
+    """Resident set size in bytes from /proc (0 where unavailable)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class _ContextPool(ThreadPoolExecutor):
+    """A thread pool that runs each call in a copy of the submitter's context (task id for logs)."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        ctx = contextvars.copy_context()
+        return super().submit(ctx.run, fn, *args, **kwargs)
+
+
+class _Reader(asyncio.Protocol):
+    def __init__(self, child: ChildLoop) -> None:
+        self.child = child
+        self.frames = pipe.FrameReader()
+
+    def data_received(self, data: bytes) -> None:
+        for message in self.frames.feed(data):
+            self.child.on_message(message)
+
+    def eof_received(self) -> bool:
+        self.child.on_parent_gone()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.child.on_parent_gone()
+
+
+class ChildLoop:
+    """Serves jobs from the supervisor until told to stop."""
+
+    def __init__(self, registry: Registry, rfd: int, wfd: int, *, capacity: int, beat: float) -> None:
+        self.registry = registry
+        self.rfd, self.wfd = rfd, wfd
+        self.capacity = capacity
+        self.beat = beat
+        self.signals: dict[str, CancelSignal] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.stopping = False
+        self.done = asyncio.Event()
+        self.writer: asyncio.WriteTransport | None = None
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(_ContextPool(self.capacity, thread_name_prefix="conveyor-sync"))
+        self.writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(self.wfd, "wb", 0))
+        await loop.connect_read_pipe(lambda: _Reader(self), os.fdopen(self.rfd, "rb", 0))
+        spec_types = sorted(s.type for s in self.registry)
+        sync_types = sorted(s.type for s in self.registry if not s.is_async)
+        self.send(pipe.Ready(os.getpid(), spec_types, sync_types))
+        beats = asyncio.create_task(self._beat())
+        try:
+            await self.done.wait()
+        finally:
+            beats.cancel()
+        if self.writer is not None:
+            self.writer.close()
+
+    def send(self, message: pipe.PipeMessage) -> None:
+        if self.writer is not None and not self.writer.is_closing():
+            self.writer.write(pipe.encode(message))
+
+    async def _beat(self) -> None:
+        while True:
+            self.send(pipe.Beat(read_rss(), len(self.tasks)))
+            await asyncio.sleep(self.beat)
+
+    def on_message(self, message: pipe.PipeMessage) -> None:
+        if isinstance(message, pipe.RunJob):
+            task = asyncio.create_task(self._run(message))
+            self.tasks.add(task)
+            task.add_done_callback(self._finished)
+        elif isinstance(message, pipe.CancelJob):
+            sig = self.signals.get(message.job_id)
+            if sig is not None:
+                sig.set(CancelReason(message.reason))
+        elif isinstance(message, pipe.Stop):
+            self.stopping = True
+            self._maybe_done()
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self._maybe_done()
+
+    def _maybe_done(self) -> None:
+        if self.stopping and not self.tasks:
+            self.done.set()
+
+    def on_parent_gone(self) -> None:
+        # The supervisor is gone: nobody can receive our results any more.
+        os._exit(0)
+
+    def _progress_sink(self) -> ProgressSink:
+        loop = asyncio.get_running_loop()
+
+        def report(task_id: str, percent: int, message: str) -> None:
+            loop.call_soon_threadsafe(self.send, pipe.Progress(task_id, int(percent), str(message)))
+
+        return report
+
+    async def _run(self, msg: pipe.RunJob) -> None:
+        job = pipe.job_from_msg(msg)
+        sig = self.signals[msg.job_id] = CancelSignal()
+        token = current_task_id.set(msg.job_id)
+        started = time.perf_counter()
+        try:
+            outcomes = await invoke_async(
+                self.registry, job, signal=sig, report_progress=self._progress_sink()
+            )
+        except BaseException as exc:  # isolation point: the job must still be answered
+            log.exception("job %s failed outside its handler", msg.job_id)
+            outcomes = [Outcome(OutcomeKind.RETRY, error_msg=f"{type(exc).__name__}: {exc}")] * len(job.tasks)
+        finally:
+            current_task_id.reset(token)
+            self.signals.pop(msg.job_id, None)
+        duration = time.perf_counter() - started
+        self.send(pipe.JobDone(msg.job_id, [pipe.outcome_to_msg(o) for o in outcomes], duration))
+
+
+class _TaskIdFilter(logging.Filter):
+    def __init__(self, child: str) -> None:
+        super().__init__()
+        self.child = child
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.child = self.child
+        if not getattr(record, "task_id", ""):
+            record.task_id = current_task_id.get()
+        return True
+
+
+def _setup_logging(index: str, fmt: str) -> None:
+    from conveyor_sdk._runtime.logs import configure_logging
+
+    configure_logging(fmt, child=f"{index}:{os.getpid()}")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_TaskIdFilter(f"{index}:{os.getpid()}"))
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="conveyor-child")
+    parser.add_argument("--app", required=True)
+    parser.add_argument("--rfd", type=int, required=True)
+    parser.add_argument("--wfd", type=int, required=True)
+    parser.add_argument("--capacity", type=int, default=1)
+    parser.add_argument("--beat", type=float, default=1.0)
+    parser.add_argument("--index", default="0")
+    parser.add_argument("--log-format", default="text")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one child; returns its exit code."""
+    set_parent_death_signal()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    args = _parse(argv)
+    _setup_logging(args.index, args.log_format)
+    try:
+        registry = load_app(args.app)
+    except AppLoadError as exc:
+        with os.fdopen(args.wfd, "wb", 0) as out:
+            out.write(pipe.encode(pipe.ImportFailed(exc.message)))
+        if exc.detail:
+            log.error("%s\n%s", exc.message, exc.detail)
+        return exc.exit_code
+    child = ChildLoop(registry, args.rfd, args.wfd, capacity=max(1, args.capacity), beat=args.beat)
+    asyncio.run(child.serve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Log formatting for the supervisor and its children: text or one JSON object per line.
+
+Every record carries ``child`` (``"<index>:<pid>"`` inside a child, ``"supervisor"``
+otherwise) and ``task_id`` (the running job inside a child, else whatever the caller
+passed with ``extra={"task_id": ...}``), so interleaved output stays attributable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+__all__ = ["JsonFormatter", "TextFormatter", "configure_logging"]
+
+_STD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+class _Defaults(logging.Filter):
+    def __init__(self, child: str) -> None:
+        super().__init__()
+        self.child = child
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "child"):
+            record.child = self.child
+        if not hasattr(record, "task_id"):
+            record.task_id = ""
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, child, task_id, extras, exc."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, object] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            "child": getattr(record, "child", ""),
+            "task_id": getattr(record, "task_id", ""),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _STD and key not in out and not key.startswith("_"):
+                out[key] = value if isinstance(value, str | int | float | bool | None) else repr(value)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """``time level [child task] logger: message``."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s [%(child)s%(task_part)s] %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        task_id = getattr(record, "task_id", "")
+        record.task_part = f" {task_id}" if task_id else ""
+        return super().format(record)
+
+
+def configure_logging(fmt: str = "text", *, child: str = "supervisor", level: int = logging.INFO) -> None:
+    """Route the root logger to stderr in ``fmt`` ("text" or "json")."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(_Defaults(child))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)

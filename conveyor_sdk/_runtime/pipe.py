@@ -1,0 +1,246 @@
+"""Sans-I/O pipe protocol between the supervisor and its child processes.
+
+Rules:
+
+* A frame is a 4-byte big-endian length followed by one msgpack-encoded,
+  tagged msgspec Struct (``PipeMessage``). Only plain fields cross: strings,
+  ints, floats, bytes, lists and string maps. Nothing is pickled, so a child
+  can never make the supervisor execute code by what it sends.
+* Supervisor -> child: :class:`RunJob`, :class:`CancelJob`, :class:`Stop`.
+* Child -> supervisor: :class:`Ready` (once, after importing the app),
+  :class:`ImportFailed` (instead of Ready, then exit), :class:`JobDone`,
+  :class:`Progress`, :class:`Beat` (liveness, every ``beat_interval``).
+* Every ``RunJob`` is answered by exactly one ``JobDone`` unless the child
+  dies; the supervisor turns a death into outcomes itself.
+* A frame longer than :data:`MAX_FRAME` is a protocol error by the peer.
+
+This module does no I/O and reads no clock: :class:`FrameReader` turns bytes
+into messages; :func:`encode` turns a message into bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import msgspec
+
+from conveyor_sdk._worker.executor import Job, Outcome, OutcomeKind, TaskData
+from conveyor_sdk.errors import ProtocolError
+
+__all__ = [
+    "MAX_FRAME",
+    "Beat",
+    "CancelJob",
+    "FrameReader",
+    "ImportFailed",
+    "JobDone",
+    "OutcomeMsg",
+    "PipeMessage",
+    "Progress",
+    "Ready",
+    "RunJob",
+    "Stop",
+    "TaskMsg",
+    "encode",
+    "job_from_msg",
+    "job_to_msg",
+    "outcome_from_msg",
+    "outcome_to_msg",
+]
+
+MAX_FRAME = 64 << 20  # payloads are <= 1 MiB; batches of 1000 fit comfortably
+_HEADER = struct.Struct(">I")
+
+
+class TaskMsg(msgspec.Struct, array_like=True, frozen=True):
+    """One task as it crosses the pipe (mirrors :class:`TaskData`)."""
+
+    id: str
+    queue: str
+    type: str
+    payload: bytes
+    content_type: str
+    metadata: dict[str, str]
+    retried: int
+    max_retry: int
+    enqueued_at: float | None = None
+    timeout: float | None = None
+    task_deadline: float | None = None
+    group: str = ""
+
+
+class OutcomeMsg(msgspec.Struct, array_like=True, frozen=True):
+    """One task outcome (mirrors :class:`Outcome`)."""
+
+    kind: int
+    error_msg: str = ""
+    result: bytes = b""
+    cancelled: bool = False
+
+
+class RunJob(msgspec.Struct, tag="run", array_like=True, frozen=True):
+    """Supervisor -> child: execute a job."""
+
+    job_id: str
+    queue: str
+    type: str
+    tasks: list[TaskMsg]
+    batch: bool
+    deadline: float | None
+
+
+class CancelJob(msgspec.Struct, tag="cancel", array_like=True, frozen=True):
+    """Supervisor -> child: cooperatively cancel a job (reason is a CancelReason value)."""
+
+    job_id: str
+    reason: str
+
+
+class Stop(msgspec.Struct, tag="stop", array_like=True, frozen=True):
+    """Supervisor -> child: accept nothing more; exit once running jobs are done."""
+
+
+class Ready(msgspec.Struct, tag="ready", array_like=True, frozen=True):
+    """Child -> supervisor: the app is imported and the child accepts jobs."""
+
+    pid: int
+    types: list[str]
+    sync_types: list[str]
+
+
+class ImportFailed(msgspec.Struct, tag="import-failed", array_like=True, frozen=True):
+    """Child -> supervisor: the app could not be loaded; the child exits next."""
+
+    message: str
+
+
+class JobDone(msgspec.Struct, tag="done", array_like=True, frozen=True):
+    """Child -> supervisor: one outcome per task of the job, in job order."""
+
+    job_id: str
+    outcomes: list[OutcomeMsg]
+    duration: float
+
+
+class Progress(msgspec.Struct, tag="progress", array_like=True, frozen=True):
+    """Child -> supervisor: progress reported by handler code."""
+
+    task_id: str
+    percent: int
+    message: str
+
+
+class Beat(msgspec.Struct, tag="beat", array_like=True, frozen=True):
+    """Child -> supervisor: the child's event loop is alive; ``rss`` in bytes (0 if unknown)."""
+
+    rss: int
+    running: int
+
+
+PipeMessage = RunJob | CancelJob | Stop | Ready | ImportFailed | JobDone | Progress | Beat
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder: msgspec.msgpack.Decoder[PipeMessage] = msgspec.msgpack.Decoder(PipeMessage)
+
+
+def encode(message: PipeMessage) -> bytes:
+    """Length-prefixed frame for ``message``."""
+    body = _encoder.encode(message)
+    return _HEADER.pack(len(body)) + body
+
+
+class FrameReader:
+    """Accumulates bytes from a pipe and yields complete messages."""
+
+    __slots__ = ("_buf", "_max")
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self._max = max_frame
+
+    def feed(self, data: bytes) -> list[PipeMessage]:
+        """Add ``data``; return every message now complete. Raises ProtocolError on garbage."""
+        self._buf += data
+        out: list[PipeMessage] = []
+        view = self._buf
+        pos = 0
+        while len(view) - pos >= 4:
+            (size,) = _HEADER.unpack_from(view, pos)
+            if size > self._max:
+                raise ProtocolError(f"pipe frame of {size} bytes exceeds the {self._max} byte limit")
+            if len(view) - pos - 4 < size:
+                break
+            body = bytes(view[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+            try:
+                out.append(_decoder.decode(body))
+            except msgspec.DecodeError as exc:
+                raise ProtocolError(f"undecodable pipe frame: {exc}") from None
+        if pos:
+            del self._buf[:pos]
+        return out
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held waiting for the rest of a frame."""
+        return len(self._buf)
+
+
+def job_to_msg(job: Job) -> RunJob:
+    """The :class:`RunJob` frame for ``job``."""
+    tasks = [
+        TaskMsg(
+            t.id,
+            t.queue,
+            t.type,
+            t.payload,
+            t.content_type,
+            dict(t.metadata),
+            t.retried,
+            t.max_retry,
+            t.enqueued_at,
+            t.timeout,
+            t.task_deadline,
+            t.group,
+        )
+        for t in job.tasks
+    ]
+    return RunJob(job.job_id, job.queue, job.type, tasks, job.batch, job.deadline)
+
+
+def job_from_msg(msg: RunJob) -> Job:
+    """Rebuild the :class:`Job` a child runs from its frame."""
+    tasks = tuple(
+        TaskData(
+            id=t.id,
+            queue=t.queue,
+            type=t.type,
+            payload=t.payload,
+            content_type=t.content_type,
+            metadata=t.metadata,
+            retried=t.retried,
+            max_retry=t.max_retry,
+            enqueued_at=t.enqueued_at,
+            timeout=t.timeout,
+            task_deadline=t.task_deadline,
+            group=t.group,
+        )
+        for t in msg.tasks
+    )
+    return Job(
+        job_id=msg.job_id, queue=msg.queue, type=msg.type, tasks=tasks, batch=msg.batch, deadline=msg.deadline
+    )
+
+
+def outcome_to_msg(outcome: Outcome) -> OutcomeMsg:
+    """Frame form of one outcome."""
+    return OutcomeMsg(int(outcome.kind), outcome.error_msg, outcome.result, outcome.cancelled)
+
+
+def outcome_from_msg(msg: OutcomeMsg) -> Outcome:
+    """Outcome from its frame form; an unknown kind is read defensively as RETRY."""
+    try:
+        kind = OutcomeKind(msg.kind)
+    except ValueError:
+        kind = OutcomeKind.RETRY
+    return Outcome(kind=kind, error_msg=msg.error_msg, result=msg.result, cancelled=msg.cancelled)
