@@ -175,6 +175,12 @@ class RawSession:
             if item.WhichOneof("frame") in kinds:
                 raise CheckFailed(f"unexpected {item.WhichOneof('frame')}: {_short(item)}")
 
+    async def abort(self) -> None:
+        """End the stream abruptly (no half-close): the transport's aclose without close_send."""
+        self.sent_close = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(_maybe_await(self._stream.aclose()), 5)
+
     async def aclose(self) -> None:
         """Close the stream and stop the reader (idempotent, never raises)."""
         with contextlib.suppress(Exception):

@@ -1,0 +1,250 @@
+"""Server checks: TaskService Enqueue / EnqueueBatch / EnqueueTx / GetTask (§6)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from conveyor_conformance.checks._common import ARCHIVED, CANCELED, COMPLETED, PENDING, SUCCESS, ULID, dur, ts
+from conveyor_conformance.context import CheckContext, describe
+from conveyor_conformance.model import CheckFailed, Requirement
+from conveyor_conformance.registry import check
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+
+SCHEDULED = tpb.TASK_STATE_SCHEDULED
+BLOCKED = tpb.TASK_STATE_BLOCKED
+MIB = 1 << 20
+
+
+@check(
+    "server.6.1.enqueue-defaults",
+    section="6.1",
+    description=(
+        "Enqueue applies defaults: queue 'default', max_retry 25, priority 4, server ULID id, PENDING."
+    ),
+)
+async def enqueue_defaults(ctx: CheckContext) -> str:
+    info = await ctx.api.enqueue(type="conformance:defaults", retention=dur(60))
+    ctx.expect(info.queue == "default", f"queue {info.queue!r}, want 'default'")
+    ctx.expect(info.max_retry == 25, f"max_retry {info.max_retry}, want 25")
+    ctx.expect(info.priority == 4, f"priority {info.priority}, want 4")
+    ctx.expect(ULID.match(info.id), f"server-assigned id {info.id!r} is not a ULID")
+    ctx.expect(info.state == PENDING, f"initial state {describe(info)}, want PENDING")
+    stored = await ctx.api.get_task(info.id)
+    ctx.expect(
+        stored.id == info.id and stored.type == "conformance:defaults", "GetTask disagrees with Enqueue"
+    )
+    await ctx.api.cancel_task(info.id)  # keep the shared default queue clean
+    return f"id={info.id} queue=default max_retry=25 priority=4 PENDING"
+
+
+_INVALID: list[tuple[str, dict[str, Any]]] = [
+    ("empty type", {"type": ""}),
+    ("bad queue name", {"queue": "-bad"}),
+    ("process_at and process_in", {"process_at": ts(time.time() + 60), "process_in": dur(60)}),
+    ("expires_at and expires_in", {"expires_at": ts(time.time() + 60), "expires_in": dur(60)}),
+    ("group with process_in", {"group": "g", "process_in": dur(5)}),
+    ("group with concurrency_key", {"group": "g", "concurrency_key": "k"}),
+    ("negative max_retry", {"max_retry": -1}),
+    ("priority 10", {"priority": 10}),
+    ("priority -1", {"priority": -1}),
+]
+
+
+@check(
+    "server.6.1.enqueue-validation",
+    section="6.1",
+    description=(
+        "Enqueue rejects each contract violation with invalid_argument (type, queue, exclusive options)."
+    ),
+)
+async def enqueue_validation(ctx: CheckContext) -> str:
+    problems = []
+    for what, fields in _INVALID:
+        try:
+            await ctx.expect_error("invalid_argument", ctx.enqueue(**fields), what)
+        except CheckFailed as exc:
+            problems.append(str(exc))
+    ctx.expect(not problems, "; ".join(problems))
+    return f"{len(_INVALID)} invalid requests rejected"
+
+
+@check(
+    "server.6.1.payload-limit",
+    section="6.1",
+    description="A payload of exactly 1 MiB is accepted; 1 MiB + 1 byte is invalid_argument.",
+)
+async def payload_limit(ctx: CheckContext) -> str:
+    ok = await ctx.enqueue(payload=b"x" * MIB, content_type="application/octet-stream")
+    await ctx.expect_error("invalid_argument", ctx.enqueue(payload=b"x" * (MIB + 1)), "1 MiB + 1")
+    await ctx.api.cancel_task(ok.id)
+    return "1048576 bytes accepted, 1048577 rejected"
+
+
+@check(
+    "server.6.1.task-id-idempotent",
+    section="6.1",
+    description="Enqueue with a repeated client task_id returns already_exists.",
+    divergence="§15.1: conveyord returns OK (silent no-op) for a repeated task_id",
+)
+async def task_id_idempotent(ctx: CheckContext) -> str:
+    task_id = f"cf-{secrets.token_hex(8)}"
+    first = await ctx.enqueue(task_id=task_id)
+    ctx.expect(first.id == task_id, f"server replaced client id {task_id!r} with {first.id!r}")
+    await ctx.expect_error("already_exists", ctx.enqueue(task_id=task_id), "repeat task_id")
+    return "repeat id -> already_exists"
+
+
+@check(
+    "server.6.1.unique-key-conflicts",
+    section="6.1",
+    description=(
+        "A unique_key held by an incomplete task makes another enqueue already_exists; it frees on cancel."
+    ),
+)
+async def unique_key(ctx: CheckContext) -> str:
+    key = f"cf-uniq-{secrets.token_hex(6)}"
+    holder = await ctx.enqueue(unique_key=key)
+    await ctx.expect_error("already_exists", ctx.enqueue(unique_key=key), "second enqueue with the key")
+    await ctx.api.cancel_task(holder.id)
+    await ctx.wait_task(holder.id, lambda t: t.state == CANCELED, "CANCELED")
+    again = await ctx.enqueue(unique_key=key)
+    return f"conflict while held; re-enqueued as {again.id} after the holder was canceled"
+
+
+@check(
+    "server.6.1.priority-order",
+    section="6.1",
+    description="Within a queue, higher priority dispatches first (9 before default 4 before 1).",
+)
+async def priority_order(ctx: CheckContext) -> str:
+    low = await ctx.enqueue(priority=1)
+    mid = await ctx.enqueue()
+    high = await ctx.enqueue(priority=9)
+    sess, _ = await ctx.worker_session(concurrency=1)
+    order = []
+    for _ in range(3):
+        msg = await sess.expect("dispatch", ctx.t(10))
+        order.append(msg.dispatch.task.id)
+        await sess.result(msg.dispatch.task.id, SUCCESS)
+    names = {low.id: "p1", mid.id: "p4", high.id: "p9"}
+    ctx.expect(order == [high.id, mid.id, low.id], f"dispatch order {[names.get(i, i) for i in order]}")
+    return "p9, p4, p1"
+
+
+@check(
+    "server.6.1.delayed-task-waits",
+    section="6.1",
+    description=(
+        "process_in makes the task SCHEDULED and it is not dispatched before it is due; past "
+        "process_at is PENDING."
+    ),
+)
+async def delayed(ctx: CheckContext) -> str:
+    past = await ctx.enqueue(process_at=ts(time.time() - 5))
+    ctx.expect(past.state == PENDING, f"past process_at: {describe(past)}")
+    await ctx.api.cancel_task(past.id)
+    info = await ctx.enqueue(process_in=dur(1.5))
+    ctx.expect(info.state == SCHEDULED, f"initial state {describe(info)}, want SCHEDULED")
+    due = info.process_at.ToNanoseconds() / 1e9
+    sess, _ = await ctx.worker_session()
+    msg = await sess.expect("dispatch", ctx.t(15))
+    now = time.time()
+    ctx.expect(msg.dispatch.task.id == info.id, "unexpected task")
+    ctx.expect(now >= due - 0.05, f"dispatched {due - now:.2f}s before process_at")
+    return f"SCHEDULED, dispatched {now - due:.2f}s after process_at"
+
+
+@check(
+    "server.6.1.expired-task-is-archived",
+    section="6.1",
+    description="A task still waiting when expires_in passes is archived instead of run.",
+    requires=[Requirement.SHORT_LEASE],
+)
+async def expiry(ctx: CheckContext) -> str:
+    info = await ctx.enqueue(expires_in=dur(0.3), process_in=dur(1))
+    got = await ctx.wait_task(info.id, lambda t: t.state == ARCHIVED, "ARCHIVED", within=15)
+    sess, _ = await ctx.worker_session()
+    await sess.quiet(ctx.t(0.5))
+    return describe(got)
+
+
+@check(
+    "server.6.1.dependencies-block-until-success",
+    section="6.1",
+    description=(
+        "depends_on keeps a task BLOCKED until its prerequisite succeeds; CASCADE_CANCEL cancels on failure."
+    ),
+)
+async def dependencies(ctx: CheckContext) -> str:
+    first = await ctx.enqueue(type="conformance:first")
+    cascade = tpb.DEPENDENCY_FAILURE_POLICY_CASCADE_CANCEL
+    after = await ctx.enqueue(depends_on=[tpb.TaskDependency(task_id=first.id)])
+    doomed_pre = await ctx.enqueue(type="conformance:doomed")
+    doomed = await ctx.enqueue(depends_on=[tpb.TaskDependency(task_id=doomed_pre.id, on_failure=cascade)])
+    ctx.expect(after.state == BLOCKED, f"dependent initial state {describe(after)}, want BLOCKED")
+    sess, _ = await ctx.worker_session(concurrency=1)
+    for _ in range(2):
+        msg = await sess.expect("dispatch", ctx.t(10))
+        task = msg.dispatch.task
+        ctx.expect(task.id in (first.id, doomed_pre.id), f"dispatched {task.type} while it was blocked")
+        outcome = SUCCESS if task.id == first.id else pb.TASK_OUTCOME_SKIP_RETRY
+        await sess.result(task.id, outcome, "" if outcome == SUCCESS else "fail prerequisite")
+    msg = await sess.expect("dispatch", ctx.t(20))
+    ctx.expect(msg.dispatch.task.id == after.id, "dependent was not dispatched after its prerequisite")
+    await sess.result(after.id, SUCCESS)
+    await ctx.wait_task(after.id, lambda t: t.state == COMPLETED, "COMPLETED")
+    gone = await ctx.wait_task(doomed.id, lambda t: t.state == CANCELED, "CANCELED by cascade", within=20)
+    return f"dependent ran after prerequisite; cascade dependent {describe(gone)}"
+
+
+@check(
+    "server.6.1.enqueue-batch-per-item-errors",
+    section="6.1",
+    description=(
+        "EnqueueBatch reports per-item errors positionally; empty or >1000 items is invalid_argument."
+    ),
+)
+async def enqueue_batch(ctx: CheckContext) -> str:
+    items = [ctx.request(), ctx.request(type=""), ctx.request()]
+    resp = await ctx.api.enqueue_batch(items)
+    ctx.expect(len(resp.results) == 3, f"{len(resp.results)} results for 3 items")
+    ok = [bool(r.task.id) and not r.error for r in resp.results]
+    ctx.expect(ok == [True, False, True], f"per-item success {ok}, want [True, False, True]")
+    ctx.expect(resp.results[1].error, "failed item has an empty error string")
+    await ctx.expect_error("invalid_argument", ctx.api.enqueue_batch([]), "empty batch")
+    big = [ctx.request() for _ in range(1001)]
+    await ctx.expect_error("invalid_argument", ctx.api.enqueue_batch(big), "1001 items")
+    return f"item 1 error: {resp.results[1].error!r}; empty and 1001 rejected"
+
+
+@check(
+    "server.6.1.enqueue-tx-atomic",
+    section="6.1",
+    description="EnqueueTx commits all or nothing: an invalid item or a unique_key clash commits no item.",
+)
+async def enqueue_tx(ctx: CheckContext) -> str:
+    ids = [f"cf-tx-{secrets.token_hex(6)}" for _ in range(4)]
+    bad = [ctx.request(task_id=ids[0]), ctx.request(task_id=ids[1], type="")]
+    await ctx.expect_error("invalid_argument", ctx.api.enqueue_tx(bad), "tx with an invalid item")
+    await ctx.expect_error("not_found", ctx.api.get_task(ids[0]), "item 0 after the failed tx")
+    key = f"cf-txkey-{secrets.token_hex(4)}"
+    clash = [ctx.request(task_id=ids[2], unique_key=key), ctx.request(task_id=ids[3], unique_key=key)]
+    await ctx.expect_error("already_exists", ctx.api.enqueue_tx(clash), "tx with a unique_key clash")
+    await ctx.expect_error("not_found", ctx.api.get_task(ids[2]), "item 0 after the clashing tx")
+    good = await ctx.api.enqueue_tx([ctx.request(task_id=ids[0]), ctx.request(task_id=ids[1])])
+    ctx.expect([t.id for t in good.tasks] == ids[:2], "EnqueueTx tasks not in request order")
+    return "invalid item and unique clash committed nothing; success returned tasks in order"
+
+
+@check(
+    "server.6.2.get-task-errors",
+    section="6.2",
+    description="GetTask with an empty id is invalid_argument; an unknown id is not_found.",
+)
+async def get_task_errors(ctx: CheckContext) -> str:
+    await ctx.expect_error("invalid_argument", ctx.api.get_task(""), "empty id")
+    await ctx.expect_error("not_found", ctx.api.get_task("01ZZZZZZZZZZZZZZZZZZZZZZZZ"), "unknown id")
+    return "empty -> invalid_argument, unknown -> not_found"
