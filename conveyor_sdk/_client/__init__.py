@@ -1,0 +1,1 @@
+"""Client internals: option validation, pb conversion, retry, transport (no public API here)."""

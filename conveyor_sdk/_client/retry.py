@@ -1,0 +1,61 @@
+"""Bounded retry with full-jitter backoff for calls that are safe to repeat (pure decisions).
+
+Only ``unavailable`` is retried, and only for calls whose repetition cannot
+create a second task: GetTask and other reads always, Enqueue when it carries a
+``task_id``, EnqueueTx when every item carries one. EnqueueBatch and admin
+mutations are never retried automatically.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk.errors import Code, ConveyorError
+
+__all__ = ["RetryConfig", "safe_to_repeat", "should_retry"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryConfig:
+    """How often and how patiently to repeat a safe call after ``unavailable``.
+
+    ``attempts`` counts the first try (1 disables retries). Delay before retry
+    *n* (0-based) is ``uniform(0, min(max_delay, base * 2**n))``.
+    """
+
+    attempts: int = 4
+    base: float = 0.1
+    max_delay: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"RetryConfig.attempts must be >= 1, got {self.attempts}")
+        if self.base < 0 or self.max_delay < 0:
+            raise ValueError("RetryConfig delays must not be negative")
+
+    def delay(self, retry_index: int, rand: Callable[[], float] = random.random) -> float:
+        """Full-jitter delay in seconds before retry ``retry_index`` (0-based)."""
+        ceiling = min(self.max_delay, self.base * 2.0**retry_index)
+        return rand() * ceiling
+
+
+NO_RETRY = RetryConfig(attempts=1)
+
+
+def safe_to_repeat(method: str, request: object) -> bool:
+    """True when repeating ``method`` with ``request`` cannot duplicate work."""
+    if method in ("GetTask", "ListTasks", "ListQueues", "ListWorkerSessions"):
+        return True
+    if method == "Enqueue" and isinstance(request, pb.EnqueueRequest):
+        return bool(request.task_id)
+    if method == "EnqueueTx" and isinstance(request, pb.EnqueueTxRequest):
+        return all(item.task_id for item in request.tasks)
+    return False
+
+
+def should_retry(error: ConveyorError, attempt: int, config: RetryConfig) -> bool:
+    """Retry after failed ``attempt`` (1-based) when ``unavailable`` and budget remains."""
+    return error.code is Code.UNAVAILABLE and attempt < config.attempts

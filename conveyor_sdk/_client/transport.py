@@ -1,0 +1,181 @@
+"""The one I/O boundary of the clients: connectrpc/pyqwest setup, error translation, retries.
+
+Defaults: Connect protocol, binary proto, no request compression, HTTP/2 with
+prior knowledge for ``http://`` (h2c) and TLS + ALPN for ``https://``.
+Every exception raised below connectrpc (``ConnectError``, pyqwest, OS) is
+turned into a :class:`~conveyor_sdk.errors.ConveyorError` by :func:`translate`
+and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import pyqwest
+from connectrpc.compat import google_protobuf_binary_codec, google_protobuf_json_codec
+from connectrpc.errors import ConnectError
+from connectrpc.protocol import ProtocolType
+
+from conveyor_sdk._client.retry import NO_RETRY, RetryConfig, safe_to_repeat, should_retry
+from conveyor_sdk.errors import Code, ConveyorError, DeadlineExceeded, Unavailable, error_for_code
+
+__all__ = ["ClientConfig", "translate"]
+
+log = logging.getLogger("conveyor.client")
+
+RES = TypeVar("RES")
+Protocol = Literal["connect", "grpc"]
+WireFormat = Literal["proto", "json"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """Validated connection settings shared by the async and sync clients."""
+
+    address: str
+    token: str | None = None
+    protocol: Protocol = "connect"
+    wire_format: WireFormat = "proto"
+    timeout: float | None = 30.0
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    tls_ca_cert: bytes | None = None
+    http2: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.address.startswith(("http://", "https://")):
+            raise ValueError(f"server address must start with http:// or https://, got {self.address!r}")
+        object.__setattr__(self, "address", self.address.rstrip("/"))
+        if self.protocol not in ("connect", "grpc"):
+            raise ValueError(f"protocol must be 'connect' or 'grpc', got {self.protocol!r}")
+        if self.wire_format not in ("proto", "json"):
+            raise ValueError(f"wire_format must be 'proto' or 'json', got {self.wire_format!r}")
+        if self.protocol == "grpc" and not self.http2:
+            raise ValueError("the gRPC protocol needs HTTP/2")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds or None, got {self.timeout!r}")
+
+    @property
+    def tls(self) -> bool:
+        """True for https:// addresses."""
+        return self.address.startswith("https://")
+
+    def request_headers(self) -> dict[str, str]:
+        """Static headers for every call (bearer token + user headers)."""
+        headers = dict(self.headers)
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
+        return headers
+
+    def transport_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for pyqwest's (Sync)HTTPTransport."""
+        kwargs: dict[str, Any] = {}
+        if self.tls:
+            if self.tls_ca_cert is not None:
+                kwargs["tls_ca_cert"] = self.tls_ca_cert
+            else:
+                kwargs["tls_include_system_certs"] = True
+            if not self.http2:
+                kwargs["http_version"] = pyqwest.HTTPVersion.HTTP1
+        elif self.http2:
+            kwargs["http_version"] = pyqwest.HTTPVersion.HTTP2  # h2c with prior knowledge
+        return kwargs
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for the generated connectrpc service clients."""
+        codec = google_protobuf_json_codec() if self.wire_format == "json" else google_protobuf_binary_codec()
+        protocol = ProtocolType.GRPC if self.protocol == "grpc" else ProtocolType.CONNECT
+        return {"codec": codec, "protocol": protocol, "send_compression": None}
+
+    def timeout_ms(self, override: float | None) -> int | None:
+        """Per-call timeout in ms (``override`` seconds wins over the client default)."""
+        seconds = self.timeout if override is None else override
+        return None if seconds is None else max(1, int(seconds * 1000))
+
+
+def translate(exc: BaseException) -> ConveyorError:
+    """Map any transport-level exception onto the SDK error tree."""
+    if isinstance(exc, ConveyorError):
+        return exc
+    if isinstance(exc, ConnectError):
+        code = Code.from_connect(exc.code.value)
+        details = {"connect_code": exc.code.value}
+        return error_for_code(code, exc.message or str(exc), details=details)
+    if isinstance(exc, TimeoutError):
+        return DeadlineExceeded(str(exc) or "request timed out")
+    if isinstance(exc, OSError):
+        return Unavailable(f"{type(exc).__name__}: {exc}")
+    return Unavailable(f"transport failure: {type(exc).__name__}: {exc}")
+
+
+def _cancelled(exc: BaseException) -> bool:
+    """connectrpc turns task cancellation into ConnectError(CANCELED); undo that."""
+    return isinstance(exc, ConnectError) and isinstance(exc.__cause__, asyncio.CancelledError)
+
+
+class UnaryCaller:
+    """Run unary calls with headers, timeout, translation and bounded retries."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.headers = config.request_headers()
+        self.calls = 0
+        self.retries = 0
+
+    def _plan(self, method: str, request: object) -> RetryConfig:
+        return self.config.retry if safe_to_repeat(method, request) else NO_RETRY
+
+    async def acall(
+        self,
+        method: str,
+        fn: Callable[..., Awaitable[RES]],
+        request: object,
+        timeout: float | None = None,  # noqa: ASYNC109  # forwarded to connectrpc as timeout_ms
+    ) -> RES:
+        """Async call of a generated client method ``fn`` (e.g. ``tasks.enqueue``)."""
+        plan, attempt = self._plan(method, request), 0
+        timeout_ms = self.config.timeout_ms(timeout)
+        while True:
+            attempt += 1
+            self.calls += 1
+            try:
+                return await fn(request, headers=self.headers, timeout_ms=timeout_ms)
+            except Exception as exc:
+                if _cancelled(exc):
+                    raise asyncio.CancelledError() from exc
+                err = translate(exc)
+                if not should_retry(err, attempt, plan):
+                    raise err from exc
+            self.retries += 1
+            delay = plan.delay(attempt - 1)
+            log.debug("%s unavailable (attempt %d); retrying in %.3fs", method, attempt, delay)
+            await asyncio.sleep(delay)
+
+    def call(
+        self,
+        method: str,
+        fn: Callable[..., RES],
+        request: object,
+        timeout: float | None = None,
+    ) -> RES:
+        """Blocking call of a generated sync client method."""
+        plan, attempt = self._plan(method, request), 0
+        timeout_ms = self.config.timeout_ms(timeout)
+        while True:
+            attempt += 1
+            self.calls += 1
+            try:
+                return fn(request, headers=self.headers, timeout_ms=timeout_ms)
+            except Exception as exc:
+                err = translate(exc)
+                if not should_retry(err, attempt, plan):
+                    raise err from exc
+            self.retries += 1
+            delay = plan.delay(attempt - 1)
+            log.debug("%s unavailable (attempt %d); retrying in %.3fs", method, attempt, delay)
+            time.sleep(delay)

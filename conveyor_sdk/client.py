@@ -1,0 +1,269 @@
+"""Producer clients: :class:`Client` (asyncio) and :class:`SyncClient` (blocking, thread-safe).
+
+Example::
+
+    async with Client("http://localhost:8080", token="s3cret") as client:
+        info = await client.enqueue("email:welcome", {"user_id": 42}, queue="emails", process_in=60)
+        print(info.id, info.state)
+
+    with SyncClient("http://localhost:8080") as client:       # Django/Flask views, scripts, threads
+        client.enqueue("report:build", b"...", content_type="application/octet-stream")
+
+Every option of protocol §6.1 is a keyword argument (see :class:`EnqueueOptions`)
+validated on the client before any network call (:class:`ValidationError`, a
+``ValueError``). Transport failures surface only as
+:class:`~conveyor_sdk.errors.ConveyorError` subclasses; a duplicate is
+:class:`~conveyor_sdk.errors.DuplicateTask`. ``unavailable`` is retried with
+full-jitter backoff only for calls that are safe to repeat (GetTask, reads,
+Enqueue with ``task_id``, EnqueueTx when every item has a ``task_id``).
+Operator calls live on ``client.admin``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self, TypedDict, Unpack
+
+import pyqwest
+
+from conveyor_sdk._client import requests as rq
+from conveyor_sdk._client.admin import AsyncAdmin, SyncAdmin
+from conveyor_sdk._client.convert import enqueue_result, task_info
+from conveyor_sdk._client.options import EnqueueOptions, TaskSpec, ValidationError
+from conveyor_sdk._client.retry import RetryConfig
+from conveyor_sdk._client.transport import ClientConfig, Protocol, UnaryCaller, WireFormat
+from conveyor_sdk._gen.conveyor.v1 import service_connect as sc
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk.codecs import CodecRegistry
+from conveyor_sdk.types import Duration, EnqueueResult, TaskInfo
+
+__all__ = [
+    "AsyncAdmin",
+    "Client",
+    "ClientOptions",
+    "EnqueueOptions",
+    "RetryConfig",
+    "SyncAdmin",
+    "SyncClient",
+    "TaskSpec",
+    "ValidationError",
+    "task",
+]
+
+
+def task(type: str, payload: Any = None, /, **options: Unpack[EnqueueOptions]) -> TaskSpec:
+    """One item for :meth:`Client.enqueue_batch` / :meth:`Client.enqueue_tx`."""
+    return TaskSpec(type, payload, **options)
+
+
+class ClientOptions(TypedDict, total=False):
+    """Connection options shared by :class:`Client` and :class:`SyncClient` (see :class:`Client`)."""
+
+    token: str | None
+    timeout: Duration | None
+    protocol: Protocol
+    wire_format: WireFormat
+    retry: RetryConfig | None
+    codecs: CodecRegistry | None
+    headers: Mapping[str, str] | None
+    tls_ca_cert: bytes | None
+    http2: bool
+    trace: bool
+
+
+def _seconds(value: Duration | None) -> float | None:
+    if value is None:
+        return None
+    return value.total_seconds() if hasattr(value, "total_seconds") else float(value)
+
+
+class _Base:
+    """Configuration, codecs and request building shared by both clients."""
+
+    def __init__(self, address: str, **options: Unpack[ClientOptions]) -> None:
+        unknown = sorted(set(options) - set(ClientOptions.__optional_keys__))
+        if unknown:
+            raise TypeError(f"unknown client option(s): {', '.join(unknown)}")
+        self._config = ClientConfig(
+            address=address,
+            token=options.get("token"),
+            protocol=options.get("protocol", "connect"),
+            wire_format=options.get("wire_format", "proto"),
+            timeout=_seconds(options.get("timeout", 30.0)),
+            retry=options.get("retry") or RetryConfig(),
+            headers=dict(options.get("headers") or {}),
+            tls_ca_cert=options.get("tls_ca_cert"),
+            http2=options.get("http2", True),
+        )
+        self._caller = UnaryCaller(self._config)
+        codecs = options.get("codecs")
+        self.codecs = codecs if codecs is not None else CodecRegistry.default()
+        self._trace = options.get("trace", True)
+        self._closed = False
+
+    @classmethod
+    def from_env(cls, **options: Unpack[ClientOptions]) -> Self:
+        """Address from ``CONVEYOR_ADDR`` (default http://localhost:8080), token from ``CONVEYOR_TOKEN``."""
+        options.setdefault("token", os.environ.get("CONVEYOR_TOKEN") or None)
+        return cls(os.environ.get("CONVEYOR_ADDR", "http://localhost:8080"), **options)
+
+    @property
+    def address(self) -> str:
+        """The server URL."""
+        return self._config.address
+
+    def _enqueue_request(self, type: str, payload: Any, options: Mapping[str, Any]) -> pb.EnqueueRequest:
+        return rq.enqueue(type, payload, options, self.codecs, trace=self._trace)
+
+    def _items(self, tasks: Sequence[TaskSpec], what: str) -> list[pb.EnqueueRequest]:
+        return rq.enqueue_items(tasks, self.codecs, trace=self._trace, what=what)
+
+    def statistics(self) -> dict[str, Any]:
+        """Counters: calls made (attempts) and retries after ``unavailable``."""
+        return {"address": self.address, "calls": self._caller.calls, "retries": self._caller.retries}
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        cfg = self._config
+        return f"<{type(self).__name__} {self.address} {cfg.protocol}/{cfg.wire_format} {state}>"
+
+
+class Client(_Base):
+    """Asyncio producer client. Use ``async with`` or call :meth:`aclose`.
+
+    Args:
+        address: ``http://host:port`` (h2c) or ``https://host`` (TLS).
+        token: bearer token sent on every call.
+        timeout: default per-attempt call timeout (seconds or timedelta; None = no limit).
+        protocol: ``"connect"`` (default) or ``"grpc"``.
+        wire_format: ``"proto"`` (default) or ``"json"``.
+        retry: retry budget for safe calls after ``unavailable``.
+        codecs: payload codecs (default: JSON, octet-stream, protobuf).
+        headers: extra headers for every call.
+        tls_ca_cert: PEM CA bundle for https (default: system roots).
+        http2: False to use HTTP/1.1 (Connect protocol only).
+        trace: inject the current OpenTelemetry trace context into task metadata.
+        transport: a pyqwest transport to use instead of a network one (tests).
+    """
+
+    def __init__(
+        self, address: str, *, transport: pyqwest.Transport | None = None, **options: Unpack[ClientOptions]
+    ) -> None:
+        super().__init__(address, **options)
+        self._owned = transport is None
+        self._transport = transport or pyqwest.HTTPTransport(**self._config.transport_kwargs())
+        http = pyqwest.Client(self._transport)
+        ckw = self._config.connect_kwargs()
+        self._tasks = sc.TaskServiceClient(self.address, http_client=http, **ckw)
+        self.admin = AsyncAdmin(self._caller, sc.AdminServiceClient(self.address, http_client=http, **ckw))
+
+    async def enqueue(
+        self, type: str, payload: Any = None, /, *, rpc_timeout: Duration | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> TaskInfo:  # fmt: skip
+        """Enqueue one task; returns the committed TaskInfo (PENDING, SCHEDULED, BLOCKED...)."""
+        req = self._enqueue_request(type, payload, options)
+        resp = await self._caller.acall("Enqueue", self._tasks.enqueue, req, _seconds(rpc_timeout))
+        return task_info(resp.task)
+
+    async def enqueue_batch(
+        self, tasks: Sequence[TaskSpec], *, rpc_timeout: Duration | None = None
+    ) -> list[EnqueueResult]:
+        """Enqueue 1..1000 tasks that succeed or fail independently (results in order)."""
+        req = pb.EnqueueBatchRequest(tasks=self._items(tasks, "enqueue_batch"))
+        resp = await self._caller.acall("EnqueueBatch", self._tasks.enqueue_batch, req, _seconds(rpc_timeout))
+        return [enqueue_result(r) for r in resp.results]
+
+    async def enqueue_tx(
+        self, tasks: Sequence[TaskSpec], *, rpc_timeout: Duration | None = None
+    ) -> list[TaskInfo]:
+        """Enqueue 1..1000 tasks atomically: all are committed or none (error raised)."""
+        req = pb.EnqueueTxRequest(tasks=self._items(tasks, "enqueue_tx"))
+        resp = await self._caller.acall("EnqueueTx", self._tasks.enqueue_tx, req, _seconds(rpc_timeout))
+        return [task_info(t) for t in resp.tasks]
+
+    async def get_task(self, id: str, *, rpc_timeout: Duration | None = None) -> TaskInfo:
+        """Fetch one task; :class:`~conveyor_sdk.errors.NotFound` when unknown."""
+        req = pb.GetTaskRequest(id=rq.task_id(id))
+        resp = await self._caller.acall("GetTask", self._tasks.get_task, req, _seconds(rpc_timeout))
+        return task_info(resp.task)
+
+    async def aclose(self) -> None:
+        """Release connections (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owned and isinstance(self._transport, pyqwest.HTTPTransport):
+            await self._transport.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class SyncClient(_Base):
+    """Blocking producer client, safe to share between threads. Same arguments as :class:`Client`."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        transport: pyqwest.SyncTransport | None = None,
+        **options: Unpack[ClientOptions],
+    ) -> None:
+        super().__init__(address, **options)
+        self._owned = transport is None
+        self._transport = transport or pyqwest.SyncHTTPTransport(**self._config.transport_kwargs())
+        http = pyqwest.SyncClient(self._transport)
+        ckw = self._config.connect_kwargs()
+        self._tasks = sc.TaskServiceClientSync(self.address, http_client=http, **ckw)
+        self.admin = SyncAdmin(self._caller, sc.AdminServiceClientSync(self.address, http_client=http, **ckw))
+
+    def enqueue(
+        self, type: str, payload: Any = None, /, *, rpc_timeout: Duration | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> TaskInfo:  # fmt: skip
+        """Enqueue one task; returns the committed TaskInfo."""
+        req = self._enqueue_request(type, payload, options)
+        return task_info(self._caller.call("Enqueue", self._tasks.enqueue, req, _seconds(rpc_timeout)).task)
+
+    def enqueue_batch(
+        self, tasks: Sequence[TaskSpec], *, rpc_timeout: Duration | None = None
+    ) -> list[EnqueueResult]:
+        """Enqueue 1..1000 independent tasks (results in order)."""
+        req = pb.EnqueueBatchRequest(tasks=self._items(tasks, "enqueue_batch"))
+        resp = self._caller.call("EnqueueBatch", self._tasks.enqueue_batch, req, _seconds(rpc_timeout))
+        return [enqueue_result(r) for r in resp.results]
+
+    def enqueue_tx(self, tasks: Sequence[TaskSpec], *, rpc_timeout: Duration | None = None) -> list[TaskInfo]:
+        """Enqueue 1..1000 tasks atomically."""
+        req = pb.EnqueueTxRequest(tasks=self._items(tasks, "enqueue_tx"))
+        resp = self._caller.call("EnqueueTx", self._tasks.enqueue_tx, req, _seconds(rpc_timeout))
+        return [task_info(t) for t in resp.tasks]
+
+    def get_task(self, id: str, *, rpc_timeout: Duration | None = None) -> TaskInfo:
+        """Fetch one task; NotFound when unknown."""
+        req = pb.GetTaskRequest(id=rq.task_id(id))
+        return task_info(self._caller.call("GetTask", self._tasks.get_task, req, _seconds(rpc_timeout)).task)
+
+    def close(self) -> None:
+        """Release connections (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owned and isinstance(self._transport, pyqwest.SyncHTTPTransport):
+            self._transport.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
