@@ -78,7 +78,7 @@ class OutcomeMsg(msgspec.Struct, array_like=True, frozen=True):
     cancelled: bool = False
 
 
-class RunJob(msgspec.Struct, tag="run", array_like=True, frozen=True):
+class RunJob(msgspec.Struct, tag_field="k", tag="run", array_like=True, frozen=True):
     """Supervisor -> child: execute a job."""
 
     job_id: str
@@ -89,18 +89,18 @@ class RunJob(msgspec.Struct, tag="run", array_like=True, frozen=True):
     deadline: float | None
 
 
-class CancelJob(msgspec.Struct, tag="cancel", array_like=True, frozen=True):
+class CancelJob(msgspec.Struct, tag_field="k", tag="cancel", array_like=True, frozen=True):
     """Supervisor -> child: cooperatively cancel a job (reason is a CancelReason value)."""
 
     job_id: str
     reason: str
 
 
-class Stop(msgspec.Struct, tag="stop", array_like=True, frozen=True):
+class Stop(msgspec.Struct, tag_field="k", tag="stop", array_like=True, frozen=True):
     """Supervisor -> child: accept nothing more; exit once running jobs are done."""
 
 
-class Ready(msgspec.Struct, tag="ready", array_like=True, frozen=True):
+class Ready(msgspec.Struct, tag_field="k", tag="ready", array_like=True, frozen=True):
     """Child -> supervisor: the app is imported and the child accepts jobs."""
 
     pid: int
@@ -108,13 +108,13 @@ class Ready(msgspec.Struct, tag="ready", array_like=True, frozen=True):
     sync_types: list[str]
 
 
-class ImportFailed(msgspec.Struct, tag="import-failed", array_like=True, frozen=True):
+class ImportFailed(msgspec.Struct, tag_field="k", tag="import-failed", array_like=True, frozen=True):
     """Child -> supervisor: the app could not be loaded; the child exits next."""
 
     message: str
 
 
-class JobDone(msgspec.Struct, tag="done", array_like=True, frozen=True):
+class JobDone(msgspec.Struct, tag_field="k", tag="done", array_like=True, frozen=True):
     """Child -> supervisor: one outcome per task of the job, in job order."""
 
     job_id: str
@@ -122,7 +122,7 @@ class JobDone(msgspec.Struct, tag="done", array_like=True, frozen=True):
     duration: float
 
 
-class Progress(msgspec.Struct, tag="progress", array_like=True, frozen=True):
+class Progress(msgspec.Struct, tag_field="k", tag="progress", array_like=True, frozen=True):
     """Child -> supervisor: progress reported by handler code."""
 
     task_id: str
@@ -130,7 +130,7 @@ class Progress(msgspec.Struct, tag="progress", array_like=True, frozen=True):
     message: str
 
 
-class Beat(msgspec.Struct, tag="beat", array_like=True, frozen=True):
+class Beat(msgspec.Struct, tag_field="k", tag="beat", array_like=True, frozen=True):
     """Child -> supervisor: the child's event loop is alive; ``rss`` in bytes (0 if unknown)."""
 
     rss: int
