@@ -1,13 +1,75 @@
-"""``conveyor server``: run the reference server (filled in by the server work)."""
+"""``conveyor server`` (and ``python -m conveyor_server_min``): run the reference server.
+
+The options come from :data:`conveyor_server_min.config.OPTIONS`, so both entry
+points share one parser. Values arrive as text and are validated by
+``build_config``: a bad value prints one ``error:`` line and exits 2.
+"""
 
 from __future__ import annotations
 
+import inspect
+import logging
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any
+
 import typer
+
+from conveyor_server_min.config import OPTIONS, ConfigError, Option, build_config
+
+__all__ = ["main", "register", "server_command"]
+
+_HELP = "Run the conveyor_server_min reference server (gRPC + Connect over h2c, HTTP/1.1 and TLS)."
+
+
+def _parameter(opt: Option) -> inspect.Parameter:
+    if opt.kind == "bool":
+        annotation: Any = Annotated[bool, typer.Option(opt.flag, help=opt.help)]
+        default: Any = False
+    elif opt.kind == "multi":
+        annotation = Annotated[list[str] | None, typer.Option(opt.flag, help=opt.help, metavar=opt.metavar)]
+        default = None
+    else:
+        metavar = opt.metavar or ("DURATION" if opt.kind == "duration" else "N" if opt.kind == "int" else "")
+        annotation = Annotated[str | None, typer.Option(opt.flag, help=opt.help, metavar=metavar or None)]
+        default = None
+    return inspect.Parameter(opt.dest, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def _run(flags: dict[str, Any]) -> None:
+    try:
+        config = build_config(flags)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from conveyor_server_min.server import run
+
+    raise typer.Exit(run(config))
+
+
+def server_command() -> Callable[..., None]:
+    """The command function, its signature generated from the option table."""
+
+    def command(**flags: Any) -> None:
+        _run(flags)
+
+    params = [_parameter(opt) for opt in OPTIONS]
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__doc__ = _HELP
+    return command
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``server`` command to ``app``."""
+    app.command("server", help=_HELP)(server_command())
 
-    @app.command("server", help="Run the conveyor_server_min reference server.")
-    def server() -> None:
-        raise typer.Exit(2)
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m conveyor_server_min`` entry point: the same command as ``conveyor server``."""
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(help=_HELP)(server_command())
+    app(args=argv, prog_name="python -m conveyor_server_min")

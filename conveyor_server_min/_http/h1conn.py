@@ -1,0 +1,230 @@
+"""HTTP/1.1 server connection (h11): unary Connect / gRPC-Web calls and health checks.
+
+One request at a time per connection (keep-alive, no pipelining in parallel):
+the body is collected up to the message limit, the call runs, the response
+goes out with a Content-Length. A body beyond the limit is answered at once
+with ``resource_exhausted`` and the connection is closed afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import h11
+
+from conveyor_sdk.errors import ResourceExhausted
+
+from .rpc import Router
+
+__all__ = ["H1Connection"]
+
+log = logging.getLogger("conveyor.server.http")
+
+
+class _Exchange:
+    """CallIO for one HTTP/1.1 request; the response is buffered and sent on ``finish``."""
+
+    __slots__ = ("_conn", "body", "done", "headers", "http2", "method", "out", "path", "peer", "status")
+
+    def __init__(self, conn: H1Connection, request: h11.Request, body: list[bytes]) -> None:
+        self._conn = conn
+        self.method = request.method.decode("ascii", "replace").upper()
+        self.path = request.target.decode("ascii", "replace").split("?", 1)[0]
+        self.headers: dict[str, str] = {}
+        for name, value in request.headers:
+            key = name.decode("ascii", "replace").lower()
+            text = value.decode("utf-8", "replace")
+            self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
+        self.peer = conn.peer
+        self.http2 = False
+        self.body = body
+        self.status = 500
+        self.out: list[tuple[str, str]] = []
+        self.done = False
+
+    async def read_chunk(self) -> bytes | None:
+        if self.body:
+            return self.body.pop(0)
+        if self._conn.overflow:
+            raise ResourceExhausted("request body exceeds the message size limit")
+        return None
+
+    def respond(self, status: int, headers: list[tuple[str, str]], *, end: bool = False) -> None:
+        self.status = status
+        self.out = [(k, v) for k, v in headers if k != "content-length"]
+        self._conn.response_body.clear()
+        if end:
+            self.finish()
+
+    async def write(self, data: bytes) -> None:
+        self._conn.response_body.append(data)
+
+    def write_nowait(self, data: bytes) -> None:
+        self._conn.response_body.append(data)
+
+    def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
+        if not self.done:
+            self.done = True
+            self._conn.send_response(self)
+
+
+class H1Connection:
+    """Serves one HTTP/1.1 connection on an asyncio transport."""
+
+    def __init__(self, transport: asyncio.Transport, router: Router, peer: str, *, max_body: int) -> None:
+        self.transport = transport
+        self.router = router
+        self.peer = peer
+        self.max_body = max_body
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        self.request: h11.Request | None = None
+        self.body: list[bytes] = []
+        self.body_size = 0
+        self.overflow = False
+        self.response_body: list[bytes] = []
+        self.task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._closing = False
+
+    def start(self, initial: bytes) -> None:
+        if initial:
+            self.data_received(initial)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed or self.overflow:
+            return  # after an oversize body we only answer and close; drop the rest
+        self.h11.receive_data(data)
+        self._process()
+
+    def _process(self) -> None:
+        while not self._closed and self.task is None:
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                self._bad_request(exc)
+                return
+            if event is h11.NEED_DATA or event is h11.PAUSED:
+                return
+            if isinstance(event, h11.ConnectionClosed):
+                self.close()
+                return
+            self._on_event(event)
+
+    def _on_event(self, event: object) -> None:
+        if isinstance(event, h11.Request):
+            self.request, self.body, self.body_size, self.overflow = event, [], 0, False
+        elif isinstance(event, h11.Data):
+            if self.overflow:
+                return
+            self.body_size += len(event.data)
+            if self.body_size > self.max_body:
+                self.overflow = True
+                self.body.clear()
+                self._dispatch()  # answer now; the connection closes after the response
+            else:
+                self.body.append(bytes(event.data))
+        elif isinstance(event, h11.EndOfMessage) and not self.overflow:
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        assert self.request is not None
+        exchange = _Exchange(self, self.request, self.body)
+        if not self.overflow:
+            self.transport.pause_reading()
+        self.task = asyncio.get_running_loop().create_task(self._run(exchange))
+
+    async def _run(self, exchange: _Exchange) -> None:
+        try:
+            await self.router.handle(exchange)
+        except asyncio.CancelledError:
+            return
+        except Exception:
+            log.exception("unhandled error serving %s", exchange.path)
+        if not exchange.done:
+            exchange.respond(500, [("content-type", "text/plain")])
+            exchange.write_nowait(b"internal error")
+            exchange.finish()
+        self.task = None
+        self._next_cycle()
+
+    def send_response(self, exchange: _Exchange) -> None:
+        if self._closed:
+            return
+        body = b"".join(self.response_body)
+        self.response_body.clear()
+        headers = [*exchange.out, ("content-length", str(len(body)))]
+        if self.overflow or self._closing:
+            headers.append(("connection", "close"))
+        try:
+            data = self.h11.send(h11.Response(status_code=exchange.status, headers=headers))
+            data += self.h11.send(h11.Data(data=body)) if body else b""
+            data += self.h11.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            log.debug("cannot send HTTP/1.1 response to %s: %s", self.peer, exc)
+            self.close()
+            return
+        self.transport.write(data)
+
+    def _next_cycle(self) -> None:
+        if self._closed:
+            return
+        if self.h11.our_state is h11.MUST_CLOSE or self.overflow or self._closing:
+            self.close()
+            return
+        if self.h11.their_state is h11.DONE and self.h11.our_state is h11.DONE:
+            self.h11.start_next_cycle()
+            self.transport.resume_reading()
+            self._process()
+        else:
+            self.close()
+
+    def _bad_request(self, exc: h11.RemoteProtocolError) -> None:
+        log.debug("bad HTTP/1.1 request from %s: %s", self.peer, exc)
+        if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            status = exc.error_status_hint or 400
+            body = b"bad request\n"
+            try:
+                data = self.h11.send(
+                    h11.Response(
+                        status_code=status,
+                        headers=[("content-length", str(len(body))), ("connection", "close")],
+                    )
+                )
+                data += self.h11.send(h11.Data(data=body)) + self.h11.send(h11.EndOfMessage())
+                self.transport.write(data)
+            except h11.LocalProtocolError:
+                pass
+        self.close()
+
+    def pause_writing(self) -> None:
+        pass  # one buffered response at a time; nothing to hold back
+
+    def resume_writing(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        """Close when the current request (if any) has been answered."""
+        self._closing = True
+        if self.task is None:
+            self.close()
+
+    async def wait_idle(self) -> None:
+        task = self.task
+        if task is not None:
+            await asyncio.wait([task])
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.transport.close()
+
+    def abort(self) -> None:
+        self.close()
+        self.connection_lost()
+
+    def connection_lost(self) -> None:
+        self._closed = True
+        task = self.task
+        if task is not None and not task.done():
+            task.cancel()

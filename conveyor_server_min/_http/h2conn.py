@@ -1,0 +1,472 @@
+"""HTTP/2 server connection: h2 state machine + per-stream queues + one handler task per stream.
+
+Rules this module keeps:
+
+* **Flow control both ways.** Outbound bytes wait in a per-stream buffer and
+  leave only within the peer's stream and connection windows; a WINDOW_UPDATE
+  or SETTINGS change triggers a flush. Inbound bytes are acknowledged when the
+  handler consumes them, so one slow handler holds back only its own stream
+  (the connection window is opened to the maximum at start).
+* **No stream blocks another.** Flushes walk every stream with pending bytes;
+  a writer waits only on its own buffer (``HIGH_WATER``) or on the socket.
+* **Refused, not fatal.** Streams beyond SETTINGS_MAX_CONCURRENT_STREAMS get
+  RST_STREAM(REFUSED_STREAM); the connection lives on.
+* **Graceful GOAWAY.** ``shutdown()`` sends GOAWAY with the last accepted
+  stream id and keeps serving the streams already open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+from hyperframe.frame import GoAwayFrame
+
+from conveyor_sdk.errors import Canceled
+
+from .rpc import Router
+
+__all__ = ["H2Connection"]
+
+log = logging.getLogger("conveyor.server.http")
+
+HIGH_WATER = 256 * 1024  # a writer waits when its stream buffer holds more than this
+STREAM_WINDOW = 1 << 20  # what each client stream may send before we acknowledge
+MAX_FRAME = 1 << 16
+_MAX_WINDOW = 2**31 - 1
+
+
+class _RefusingConnection(h2.connection.H2Connection):
+    """h2 treats a stream beyond MAX_CONCURRENT_STREAMS as a connection error; refuse it instead."""
+
+    _bypass_limit = False
+
+    @property
+    def open_inbound_streams(self) -> int:
+        if self._bypass_limit:
+            return 0
+        return super().open_inbound_streams
+
+    def _receive_headers_frame(self, frame: Any) -> Any:  # h2 private hook; pinned h2 4.x
+        if frame.stream_id in self.streams or frame.stream_id <= self.highest_inbound_stream_id:
+            return super()._receive_headers_frame(frame)
+        if super().open_inbound_streams < self.local_settings.max_concurrent_streams:
+            return super()._receive_headers_frame(frame)
+        self._bypass_limit = True
+        try:
+            frames, events = super()._receive_headers_frame(frame)
+        finally:
+            self._bypass_limit = False
+        self.reset_stream(frame.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+        return frames, [e for e in events if getattr(e, "stream_id", None) != frame.stream_id]
+
+
+class _Stream:
+    """One request stream: the handler's view (CallIO) plus buffers."""
+
+    __slots__ = (
+        "_conn",
+        "_drained",
+        "_readable",
+        "chunks",
+        "end_pending",
+        "ended_in",
+        "finished",
+        "headers",
+        "http2",
+        "id",
+        "method",
+        "out",
+        "path",
+        "peer",
+        "reset",
+        "task",
+        "trailers",
+    )
+
+    def __init__(self, conn: H2Connection, stream_id: int, headers: dict[str, str]) -> None:
+        self._conn = conn
+        self.id = stream_id
+        self.headers = headers
+        self.method = headers.get(":method", "")
+        self.path = headers.get(":path", "").split("?", 1)[0]
+        self.peer = conn.peer
+        self.http2 = True
+        self.chunks: list[tuple[bytes, int]] = []
+        self.ended_in = False
+        self.reset = False
+        self.out = bytearray()
+        self.end_pending = False
+        self.finished = False
+        self.trailers: list[tuple[str, str]] | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._readable: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+
+    # ---- CallIO -------------------------------------------------------------------------------
+    async def read_chunk(self) -> bytes | None:
+        while not self.chunks:
+            if self.ended_in:
+                return None
+            if self.reset:
+                raise Canceled("stream reset by the client")
+            self._readable = asyncio.get_running_loop().create_future()
+            await self._readable
+        data, flow = self.chunks.pop(0)
+        self._conn.ack(self.id, flow)
+        return data
+
+    def respond(self, status: int, headers: list[tuple[str, str]], *, end: bool = False) -> None:
+        if self.reset:
+            return
+        self._conn.send_headers(self, [(":status", str(status)), *headers], end)
+        if end:
+            self.finished = True
+
+    async def write(self, data: bytes) -> None:
+        if self.reset:
+            raise Canceled("stream reset by the client")
+        self.out += data
+        self._conn.mark_ready(self)
+        while len(self.out) > HIGH_WATER and not self.reset:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+        if self.reset:
+            raise Canceled("stream reset by the client")
+
+    def write_nowait(self, data: bytes) -> None:
+        if not self.reset:
+            self.out += data
+            self._conn.mark_ready(self)
+
+    def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
+        if self.finished or self.reset:
+            return
+        self.finished = True
+        self.end_pending = True
+        self.trailers = trailers
+        self._conn.mark_ready(self)
+
+    # ---- connection side ----------------------------------------------------------------------
+    def wake_reader(self) -> None:
+        fut = self._readable
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def wake_writer(self) -> None:
+        fut = self._drained
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+
+class H2Connection:
+    """Serves one HTTP/2 connection on an asyncio transport."""
+
+    def __init__(
+        self, transport: asyncio.Transport, router: Router, peer: str, *, max_streams: int = 1000
+    ) -> None:
+        self.transport = transport
+        self.router = router
+        self.peer = peer
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None)
+        self.h2 = _RefusingConnection(config=config)
+        self.h2.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_streams,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+                h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 64 * 1024,
+                h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 0,
+            },
+        )
+        self.streams: dict[int, _Stream] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._ready: dict[int, _Stream] = {}
+        self._flush_scheduled = False
+        self._write_paused = False
+        self._closed = False
+        self._goaway_last: int | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # ---- transport events ---------------------------------------------------------------------
+    def start(self, initial: bytes) -> None:
+        """Send our preface and process the bytes already sniffed."""
+        self.h2.initiate_connection()
+        self.h2.increment_flow_control_window(_MAX_WINDOW - 65535)
+        self._write_out()
+        if initial:
+            self.data_received(initial)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            log.debug("HTTP/2 protocol error from %s: %s", self.peer, exc)
+            self._write_out()
+            self.abort()
+            return
+        for event in events:
+            self._on_event(event)
+        self._write_out()
+
+    def _on_event(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.DataReceived):
+            self._on_data(event)
+        elif isinstance(event, h2.events.RequestReceived):
+            self._on_request(event)
+        elif isinstance(event, h2.events.StreamEnded):
+            st = self.streams.get(event.stream_id)
+            if st is not None:
+                st.ended_in = True
+                st.wake_reader()
+        elif isinstance(event, h2.events.StreamReset):
+            self._on_reset(event.stream_id)
+        elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
+            self._schedule_flush()
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self._write_out()
+            self.abort()
+
+    def _on_request(self, event: h2.events.RequestReceived) -> None:
+        sid = event.stream_id
+        if self._goaway_last is not None and sid > self._goaway_last:
+            self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
+        headers = _header_dict(event.headers or ())
+        st = _Stream(self, sid, headers)
+        self.streams[sid] = st
+        self._idle.clear()
+        task = asyncio.get_running_loop().create_task(self._run(st), name=f"h2-stream-{sid}")
+        st.task = task
+        self.tasks.add(task)
+
+    def _on_data(self, event: h2.events.DataReceived) -> None:
+        st = self.streams.get(event.stream_id)
+        flow = event.flow_controlled_length or 0
+        if st is None or st.finished or st.reset:
+            if flow:
+                self.ack(event.stream_id, flow)
+            return
+        st.chunks.append((event.data or b"", flow))
+        st.wake_reader()
+
+    def _on_reset(self, stream_id: int) -> None:
+        st = self.streams.get(stream_id)
+        if st is None:
+            return
+        self._kill(st)
+
+    def _kill(self, st: _Stream) -> None:
+        st.reset = True
+        st.out.clear()
+        self._ready.pop(st.id, None)
+        st.wake_reader()
+        st.wake_writer()
+        if st.task is not None and not st.task.done():
+            st.task.cancel()
+
+    async def _run(self, st: _Stream) -> None:
+        try:
+            await self.router.handle(st)
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("unhandled error serving %s", st.path)
+        finally:
+            self._stream_done(st)
+
+    def _stream_done(self, st: _Stream) -> None:
+        task = st.task
+        if task is not None:
+            self.tasks.discard(task)
+        if not st.finished and not st.reset and not self._closed:
+            # The handler ended without a response: never leave the client hanging.
+            self._reset_stream(st, h2.errors.ErrorCodes.INTERNAL_ERROR)
+        if st.reset or (st.finished and not st.end_pending):
+            self._forget(st)
+        self._write_out()
+
+    def _forget(self, st: _Stream) -> None:
+        self.streams.pop(st.id, None)
+        for _, flow in st.chunks:
+            if flow:
+                self.ack(st.id, flow)
+        st.chunks.clear()
+        if not self.streams:
+            self._idle.set()
+            if self._goaway_last is not None:
+                self.close()
+
+    def _reset_stream(self, st: _Stream, code: h2.errors.ErrorCodes) -> None:
+        with contextlib.suppress(h2.exceptions.H2Error):
+            self.h2.reset_stream(st.id, code)
+        self._kill(st)
+
+    # ---- sending --------------------------------------------------------------------------------
+    def ack(self, stream_id: int, flow: int) -> None:
+        """Hand ``flow`` consumed bytes back to the peer's windows."""
+        if flow and not self._closed:
+            try:
+                self.h2.acknowledge_received_data(flow, stream_id)
+            except h2.exceptions.H2Error:
+                return
+            self._schedule_flush()
+
+    def send_headers(self, st: _Stream, headers: list[tuple[str, str]], end: bool) -> None:
+        if self._closed:
+            return
+        try:
+            self.h2.send_headers(st.id, headers, end_stream=end)
+        except h2.exceptions.H2Error:
+            self._kill(st)
+            return
+        if end:
+            self._maybe_rst_after_response(st)
+            self._schedule_flush()
+        else:
+            self._schedule_flush()
+
+    def mark_ready(self, st: _Stream) -> None:
+        self._ready[st.id] = st
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled and not self._closed:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._closed:
+            return
+        if not self._write_paused:
+            for st in list(self._ready.values()):
+                self._flush_stream(st)
+        self._write_out()
+
+    def _flush_stream(self, st: _Stream) -> None:
+        conn = self.h2
+        out = st.out
+        try:
+            while out:
+                size = min(conn.local_flow_control_window(st.id), conn.max_outbound_frame_size, len(out))
+                if size <= 0:
+                    break
+                last = size == len(out) and st.end_pending and st.trailers is None
+                conn.send_data(st.id, bytes(out[:size]), end_stream=last)
+                del out[:size]
+                if last:
+                    st.end_pending = False
+            if not out and st.end_pending:
+                st.end_pending = False
+                if st.trailers is not None:
+                    conn.send_headers(st.id, st.trailers, end_stream=True)
+                else:
+                    conn.end_stream(st.id)
+        except h2.exceptions.H2Error:
+            self._kill(st)
+            return
+        if len(out) <= HIGH_WATER:
+            st.wake_writer()
+        if not out and not st.end_pending:
+            self._ready.pop(st.id, None)
+            if st.finished:
+                self._maybe_rst_after_response(st)
+                if st.task is None or st.task.done():
+                    self._forget(st)
+
+    def _maybe_rst_after_response(self, st: _Stream) -> None:
+        """Response complete but the client is still sending: tell it to stop (NO_ERROR)."""
+        if not st.ended_in and not st.reset:
+            with contextlib.suppress(h2.exceptions.H2Error):
+                self.h2.reset_stream(st.id, h2.errors.ErrorCodes.NO_ERROR)
+            st.reset = True
+            st.wake_reader()
+
+    def _write_out(self) -> None:
+        if self._closed:
+            return
+        data = self.h2.data_to_send()
+        if data:
+            self.transport.write(data)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._schedule_flush()
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Graceful GOAWAY: finish open streams, refuse new ones, close when idle."""
+        if self._closed or self._goaway_last is not None:
+            return
+        self._goaway_last = self.h2.highest_inbound_stream_id
+        frame = GoAwayFrame(0)
+        frame.last_stream_id = self._goaway_last
+        frame.error_code = 0
+        self._write_out()
+        self.transport.write(frame.serialize())
+        if not self.streams:
+            self.close()
+
+    async def wait_idle(self) -> None:
+        """Until no stream is open."""
+        await self._idle.wait()
+
+    def close(self) -> None:
+        """Send a final GOAWAY and close the socket after writing what is buffered."""
+        if self._closed:
+            return
+        with contextlib.suppress(h2.exceptions.H2Error):
+            self.h2.close_connection()
+        self._write_out()
+        self._closed = True
+        self.transport.close()
+        self._cancel_all()
+
+    def abort(self) -> None:
+        """Drop the connection now (protocol error, peer gone)."""
+        if not self._closed:
+            self._closed = True
+            self.transport.close()
+        self._cancel_all()
+
+    def connection_lost(self) -> None:
+        self._closed = True
+        self._cancel_all()
+
+    def _cancel_all(self) -> None:
+        for st in list(self.streams.values()):
+            self._kill(st)
+        self.streams.clear()
+        self._ready.clear()
+        self._idle.set()
+
+
+def _header_dict(raw: Any) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key = name.decode("ascii", "replace").lower() if isinstance(name, bytes) else name.lower()
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return headers
+
+
+def header_items(headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Helper for tests and logs."""
+    return list(headers.items())

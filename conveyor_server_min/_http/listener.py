@@ -1,0 +1,161 @@
+"""Accept connections on one port and pick HTTP/2 (preface sniffing) or HTTP/1.1 for each.
+
+Works the same over TLS (ALPN offers ``h2`` and ``http/1.1``; the client's
+first bytes decide either way). :class:`Hub` tracks live connections so the
+server can send GOAWAY, wait for open streams and close everything on stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from typing import Protocol
+
+from .h1conn import H1Connection
+from .h2conn import H2Connection
+from .rpc import Router
+
+__all__ = ["HttpProtocol", "Hub", "make_ssl_context"]
+
+log = logging.getLogger("conveyor.server.http")
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+SNIFF_TIMEOUT = 30.0
+
+
+class _Impl(Protocol):
+    def start(self, initial: bytes) -> None: ...
+    def data_received(self, data: bytes) -> None: ...
+    def pause_writing(self) -> None: ...
+    def resume_writing(self) -> None: ...
+    def shutdown(self) -> None: ...
+    async def wait_idle(self) -> None: ...
+    def close(self) -> None: ...
+    def abort(self) -> None: ...
+    def connection_lost(self) -> None: ...
+
+
+class Hub:
+    """Shared state of one listener: the router, limits and the set of live connections."""
+
+    def __init__(self, router: Router, *, max_message: int, max_streams: int) -> None:
+        self.router = router
+        self.max_message = max_message
+        self.max_streams = max_streams
+        self.connections: set[HttpProtocol] = set()
+        self.accepting = True
+
+    def shutdown(self) -> None:
+        """GOAWAY / close-after-response on every connection."""
+        self.accepting = False
+        for conn in list(self.connections):
+            conn.shutdown()
+
+    async def wait_idle(self, seconds: float) -> bool:
+        """Wait until every connection has no open stream; False on timeout."""
+        waits = [conn.wait_idle() for conn in list(self.connections)]
+        if not waits:
+            return True
+        try:
+            async with asyncio.timeout(seconds):
+                await asyncio.gather(*waits)
+        except TimeoutError:
+            return False
+        return True
+
+    def close_all(self) -> None:
+        """Close every connection now (cancelling what still runs)."""
+        for conn in list(self.connections):
+            conn.close()
+
+
+class HttpProtocol(asyncio.Protocol):
+    """One accepted connection: sniff the first bytes, then delegate to h2 or h11."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.transport: asyncio.Transport | None = None
+        self.impl: _Impl | None = None
+        self.peer = ""
+        self._buf = b""
+        self._sniff_timer: asyncio.TimerHandle | None = None
+        self._shutdown = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.hub.connections.add(self)
+        if not self.hub.accepting:
+            transport.close()
+            return
+        self._sniff_timer = asyncio.get_running_loop().call_later(SNIFF_TIMEOUT, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        if self.impl is not None:
+            self.impl.data_received(data)
+            return
+        self._buf += data
+        if len(self._buf) < len(H2_PREFACE) and H2_PREFACE.startswith(self._buf):
+            return  # could still be the HTTP/2 preface
+        assert self.transport is not None
+        if self._sniff_timer is not None:
+            self._sniff_timer.cancel()
+        hub = self.hub
+        if self._buf.startswith(H2_PREFACE):
+            self.impl = H2Connection(self.transport, hub.router, self.peer, max_streams=hub.max_streams)
+        else:
+            self.impl = H1Connection(self.transport, hub.router, self.peer, max_body=hub.max_message + 5)
+        initial, self._buf = self._buf, b""
+        self.impl.start(initial)
+        if self._shutdown:
+            self.impl.shutdown()
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.hub.connections.discard(self)
+        if self._sniff_timer is not None:
+            self._sniff_timer.cancel()
+        if self.impl is not None:
+            self.impl.connection_lost()
+
+    def pause_writing(self) -> None:
+        if self.impl is not None:
+            self.impl.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.impl is not None:
+            self.impl.resume_writing()
+
+    def shutdown(self) -> None:
+        self._shutdown = True
+        if self.impl is not None:
+            self.impl.shutdown()
+        elif self.transport is not None:
+            self.transport.close()
+
+    async def wait_idle(self) -> None:
+        if self.impl is not None:
+            await self.impl.wait_idle()
+
+    def close(self) -> None:
+        if self.impl is not None:
+            self.impl.close()
+        elif self.transport is not None:
+            self.transport.close()
+
+
+def make_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """Server TLS context offering ``h2`` then ``http/1.1`` via ALPN."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    with contextlib.suppress(AttributeError, ssl.SSLError):
+        ctx.set_ciphers("ECDHE+AESGCM:ECDHE+CHACHA20")
+    return ctx

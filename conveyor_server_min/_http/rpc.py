@@ -1,0 +1,215 @@
+"""The call layer: route one HTTP exchange to a unary, server-streaming or Session handler.
+
+This is the single isolation point between the transport and the services: a
+handler's :class:`ConveyorError` becomes the call's status; any other exception
+is logged and becomes ``internal`` for that call only. Cancellation (RST_STREAM,
+connection loss, shutdown) propagates into the handler untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+from google.protobuf.message import Message
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk.errors import (
+    ConveyorError,
+    DeadlineExceeded,
+    Internal,
+    InvalidArgument,
+    ResourceExhausted,
+    Unimplemented,
+)
+from conveyor_server_min.service_api import CallContext, ServiceSet
+
+from .auth import Authenticator
+from .reply import CallIO, Reply, plain_response
+from .wire import FLAG_END_STREAM, MessageDecoder, Negotiated, Wire, decompress, negotiate, parse_timeout
+
+__all__ = ["SESSION_PATH", "Router"]
+
+log = logging.getLogger("conveyor.server.http")
+
+SESSION_PATH = "/conveyor.v1.WorkerService/Session"
+_ACCEPT_POST = ", ".join(
+    (
+        "application/grpc",
+        "application/grpc+proto",
+        "application/grpc+json",
+        "application/grpc-web",
+        "application/grpc-web+proto",
+        "application/proto",
+        "application/json",
+        "application/connect+proto",
+        "application/connect+json",
+    )
+)
+
+
+class Router:
+    """Serves every RPC path of a :class:`ServiceSet` plus ``/healthz`` and ``/readyz``."""
+
+    def __init__(
+        self,
+        services: ServiceSet,
+        auth: Authenticator,
+        *,
+        max_message: int,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.services = services
+        self.auth = auth
+        self.max_message = max_message
+        self.ready = ready
+
+    async def handle(self, io: CallIO) -> None:
+        """Serve one exchange to completion (always ends the response)."""
+        if io.method != "POST":
+            self._handle_plain(io)
+            return
+        neg = negotiate(io.headers.get("content-type"))
+        if neg is None:
+            plain_response(io, 415, "unsupported content-type", [("accept-post", _ACCEPT_POST)])
+            return
+        reply = Reply(io, neg)
+        try:
+            await self._dispatch(io, neg, reply)
+        except ConveyorError as exc:
+            await self._fail(reply, exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("handler for %s failed", io.path)
+            await self._fail(reply, Internal("internal error"))
+
+    async def _fail(self, reply: Reply, error: ConveyorError) -> None:
+        with contextlib.suppress(ConveyorError):  # the stream is already gone; nothing left to tell
+            await reply.end(error)
+
+    def _handle_plain(self, io: CallIO) -> None:
+        if io.method not in ("GET", "HEAD"):
+            plain_response(io, 405, "method not allowed", [("allow", "GET, HEAD, POST")])
+        elif io.path == "/healthz":
+            plain_response(io, 200, "ok")
+        elif io.path == "/readyz":
+            ok = self.ready()
+            plain_response(io, 200 if ok else 503, "ok" if ok else "not ready")
+        else:
+            plain_response(io, 404, "not found")
+
+    async def _dispatch(self, io: CallIO, neg: Negotiated, reply: Reply) -> None:
+        path, wire = io.path, neg.wire
+        unary = self.services.unary.get(path)
+        stream = self.services.server_streams.get(path)
+        is_session = path == SESSION_PATH
+        if unary is None and stream is None and not is_session:
+            raise Unimplemented(f"method {path} is not implemented by this server")
+        if wire in (Wire.CONNECT_UNARY, Wire.CONNECT_STREAM) and (wire is Wire.CONNECT_UNARY) != (
+            unary is not None
+        ):
+            kind = "unary" if unary is not None else "streaming"
+            plain_response(io, 415, f"content-type {neg.content_type} cannot carry a {kind} call")
+            return
+        if wire is Wire.GRPC and not io.http2:
+            raise Unimplemented("gRPC requires HTTP/2; use Connect or gRPC-Web over HTTP/1.1")
+        if is_session and (wire is Wire.GRPC_WEB or not io.http2):
+            raise Unimplemented("the Session stream needs gRPC or Connect streaming over HTTP/2")
+        denied = self.auth.check(io.headers.get("authorization"))
+        if denied is not None:
+            raise denied
+        ctx = CallContext(peer=io.peer, headers=io.headers)
+        encoding = io.headers.get(wire.compression_header)
+        if unary is not None:
+            request = await self._read_unary(io, neg, unary.request_type, encoding)
+            timeout = parse_timeout(wire, dict(io.headers))
+            response = await _with_timeout(unary.handler(request, ctx), timeout)
+            await reply.unary(neg.codec.encode(response))
+        elif stream is not None:
+            request = await self._read_framed_single(io, neg, stream.request_type, encoding)
+            reply.start()
+            async for item in stream.handler(request, ctx):
+                await reply.send(neg.codec.encode(item))
+            await reply.end(None)
+        else:
+            await self._session(io, neg, reply, ctx, encoding)
+
+    async def _session(
+        self, io: CallIO, neg: Negotiated, reply: Reply, ctx: CallContext, encoding: str | None
+    ) -> None:
+        codec = neg.codec
+
+        async def send(message: pb.ServerMessage) -> None:
+            await reply.send(codec.encode(message))
+
+        recv = self._recv_stream(io, neg, encoding)
+        try:
+            await self.services.session(ctx, recv, send)
+        finally:
+            with contextlib.suppress(RuntimeError):  # still being iterated by a reader task
+                await recv.aclose()
+        await reply.end(None)
+
+    async def _recv_stream(
+        self, io: CallIO, neg: Negotiated, encoding: str | None
+    ) -> AsyncGenerator[pb.WorkerMessage, None]:
+        decoder = MessageDecoder(self.max_message, encoding)
+        decode = neg.codec.decode
+        connect = neg.wire is Wire.CONNECT_STREAM
+        while True:
+            chunk = await io.read_chunk()
+            if chunk is None:
+                if decoder.pending:
+                    raise InvalidArgument("request stream ended in the middle of a message")
+                return
+            for flags, data in decoder.feed(chunk):
+                if connect and flags & FLAG_END_STREAM:
+                    return
+                yield decode(data, pb.WorkerMessage)  # type: ignore[misc]
+
+    async def _read_body(self, io: CallIO, limit: int) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while (chunk := await io.read_chunk()) is not None:
+            size += len(chunk)
+            if size > limit:
+                raise ResourceExhausted(f"request body exceeds the limit of {self.max_message} bytes")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def _read_unary(
+        self, io: CallIO, neg: Negotiated, cls: type[Message], encoding: str | None
+    ) -> Message:
+        if neg.wire is not Wire.CONNECT_UNARY:
+            return await self._read_framed_single(io, neg, cls, encoding)
+        body = await self._read_body(io, self.max_message)
+        return neg.codec.decode(decompress(encoding, body, self.max_message), cls)
+
+    async def _read_framed_single(
+        self, io: CallIO, neg: Negotiated, cls: type[Message], encoding: str | None
+    ) -> Message:
+        body = await self._read_body(io, self.max_message + 5)
+        decoder = MessageDecoder(self.max_message, encoding)
+        frames = decoder.feed(body)
+        if decoder.pending:
+            raise InvalidArgument("request body ended in the middle of a message (truncated frame)")
+        messages = [data for flags, data in frames if not flags & FLAG_END_STREAM]
+        if len(messages) != 1:
+            raise InvalidArgument(f"expected exactly one request message, got {len(messages)}")
+        return neg.codec.decode(messages[0], cls)
+
+
+async def _with_timeout(awaitable: Any, seconds: float | None) -> Message:
+    if seconds is None:
+        result: Message = await awaitable
+        return result
+    try:
+        async with asyncio.timeout(seconds):
+            result = await awaitable
+    except TimeoutError:
+        raise DeadlineExceeded(f"call exceeded its {seconds:g}s deadline") from None
+    return result

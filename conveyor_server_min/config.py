@@ -1,0 +1,233 @@
+"""Server settings: one option table shared by ``conveyor server`` and ``python -m conveyor_server_min``.
+
+Precedence: built-in defaults < ``CONVEYOR_*`` environment (upstream names) <
+command-line flags. Every bad value raises :class:`ConfigError` with a
+one-line message naming the flag; the command line turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from conveyor_sdk.durations import parse_duration
+from conveyor_server_min.service_api import EngineConfig
+
+__all__ = ["OPTIONS", "ConfigError", "Option", "ServerConfig", "build_config"]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_MAX_MESSAGE = 5 * 1024 * 1024  # 4 MiB protocol limit + envelope margin
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message is one line and names the flag or variable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One command-line option (and its upstream environment variable, if any)."""
+
+    dest: str
+    flag: str
+    kind: str  # "str" | "int" | "duration" | "bool" | "multi" | "path"
+    help: str
+    env: str | None = None
+    metavar: str = ""
+
+
+_E = "CONVEYOR_ENGINE__"
+OPTIONS: tuple[Option, ...] = (
+    Option("host", "--host", "str", "Interface to bind (default 127.0.0.1).", metavar="HOST"),
+    Option("port", "--port", "int", "Port to bind; 0 picks a free port (default 8080).", metavar="PORT"),
+    Option(
+        "token",
+        "--token",
+        "multi",
+        "Accepted bearer token (repeatable). Env: CONVEYOR_API__AUTH_TOKENS (comma list).",
+        env="CONVEYOR_API__AUTH_TOKENS",
+        metavar="TOKEN",
+    ),
+    Option("dev", "--dev", "bool", "Development mode: authentication off unless tokens are given."),
+    Option("lease_ttl", "--lease-ttl", "duration", "Lease length (default 60s).", _E + "LEASE_TTL"),
+    Option(
+        "reap_interval", "--reap-interval", "duration", "Lease reaper period (15s).", _E + "REAP_INTERVAL"
+    ),
+    Option(
+        "promote_interval",
+        "--promote-interval",
+        "duration",
+        "Scheduled/retry promotion period (1s).",
+        _E + "PROMOTE_INTERVAL",
+    ),
+    Option(
+        "group_max_size", "--group-max-size", "int", "Group fires at this size (100).", _E + "GROUP_MAX_SIZE"
+    ),
+    Option(
+        "group_max_delay",
+        "--group-max-delay",
+        "duration",
+        "Group fires this long after its first member (1m).",
+        _E + "GROUP_MAX_DELAY",
+    ),
+    Option(
+        "group_grace_period",
+        "--group-grace-period",
+        "duration",
+        "Group fires this long after its last member (10s).",
+        _E + "GROUP_GRACE_PERIOD",
+    ),
+    Option(
+        "group_sweep_interval",
+        "--group-sweep-interval",
+        "duration",
+        "Group sweeper period (1s).",
+        _E + "GROUP_SWEEP_INTERVAL",
+    ),
+    Option(
+        "default_max_retry",
+        "--default-max-retry",
+        "int",
+        "Retry budget when a task asks for 0 (25).",
+        _E + "DEFAULT_MAX_RETRY",
+    ),
+    Option(
+        "tls_cert", "--tls-cert", "path", "PEM certificate chain; enables TLS with --tls-key.", metavar="FILE"
+    ),
+    Option("tls_key", "--tls-key", "path", "PEM private key for --tls-cert.", metavar="FILE"),
+)
+
+_ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
+_POSITIVE = {"lease_ttl", "reap_interval", "promote_interval", "group_sweep_interval"}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Everything the reference server needs to run."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    tokens: tuple[str, ...] = ()
+    dev: bool = False
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE
+    max_concurrent_streams: int = 1000
+    shutdown_grace: float = 3.0
+
+    @property
+    def tls(self) -> bool:
+        """Whether the listener speaks TLS."""
+        return self.tls_cert is not None
+
+    @property
+    def scheme(self) -> str:
+        """``https`` with TLS, else ``http`` (h2c)."""
+        return "https" if self.tls else "http"
+
+
+def _convert(opt: Option, raw: Any, source: str) -> Any:
+    where = f"{source}: " if source else ""
+    if opt.kind == "int":
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise ConfigError(f"{where}{opt.flag} must be an integer, got {raw!r}") from None
+        if value < 0:
+            raise ConfigError(f"{where}{opt.flag} must not be negative, got {value}")
+        return value
+    if opt.kind == "duration":
+        try:
+            return parse_duration(str(raw))
+        except ValueError as exc:
+            raise ConfigError(f"{where}{opt.flag}: {exc}") from None
+    return raw
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    listen = env.get("CONVEYOR_API__LISTEN", "").strip()
+    if listen:
+        host, sep, port = listen.rpartition(":")
+        if not sep:
+            raise ConfigError(f"CONVEYOR_API__LISTEN must be host:port or :port, got {listen!r}")
+        values["host"] = host.strip("[]") or "0.0.0.0"
+        port_opt = next(opt for opt in OPTIONS if opt.dest == "port")
+        values["port"] = _convert(port_opt, port, "CONVEYOR_API__LISTEN")
+    if env.get("CONVEYOR_API__ALLOW_UNAUTHENTICATED", "").strip().lower() in ("1", "true", "yes"):
+        values["allow_unauthenticated"] = True
+    for opt in OPTIONS:
+        if opt.env is None or not env.get(opt.env, "").strip():
+            continue
+        raw = env[opt.env].strip()
+        if opt.kind == "multi":
+            values[opt.dest] = [t.strip() for t in raw.split(",") if t.strip()]
+        else:
+            values[opt.dest] = _convert(opt, raw, opt.env)
+    return values
+
+
+def _from_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    by_dest = {opt.dest: opt for opt in OPTIONS}
+    for dest, raw in flags.items():
+        opt = by_dest.get(dest)
+        if opt is None or raw is None or (opt.kind == "multi" and not raw):
+            continue
+        if opt.kind == "bool":
+            if raw:
+                values[dest] = True
+            continue
+        values[dest] = _convert(opt, raw, "")
+    return values
+
+
+def build_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) -> ServerConfig:
+    """Merge defaults, environment and flags into a validated :class:`ServerConfig`."""
+    values = _from_env(os.environ if env is None else env)
+    values.update(_from_flags(flags))
+    _validate(values)
+    engine = EngineConfig(**{k: v for k, v in values.items() if k in _ENGINE_FIELDS})
+    return ServerConfig(
+        host=values.get("host", DEFAULT_HOST),
+        port=values.get("port", DEFAULT_PORT),
+        tokens=tuple(values.get("token", ())),
+        dev=bool(values.get("dev", False)),
+        tls_cert=values.get("tls_cert"),
+        tls_key=values.get("tls_key"),
+        engine=engine,
+    )
+
+
+def _validate(values: Mapping[str, Any]) -> None:
+    port = values.get("port", DEFAULT_PORT)
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be between 0 and 65535, got {port}")
+    for name in _POSITIVE:
+        if name in values and values[name] <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be greater than zero")
+    if values.get("group_max_size", 1) < 1:
+        raise ConfigError("--group-max-size must be at least 1")
+    _validate_tls(values.get("tls_cert"), values.get("tls_key"))
+    if not values.get("token") and not values.get("dev") and not values.get("allow_unauthenticated"):
+        raise ConfigError(
+            "refusing to start without authentication: pass --token (or set CONVEYOR_API__AUTH_TOKENS), "
+            "or --dev for a development server"
+        )
+
+
+def _validate_tls(cert: str | None, key: str | None) -> None:
+    if (cert is None) != (key is None):
+        raise ConfigError("--tls-cert and --tls-key must be given together")
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
+        if path is not None and not os.path.isfile(path):
+            raise ConfigError(f"{flag}: no such file {path!r}")
+
+
+def option_names(options: Sequence[Option] = OPTIONS) -> list[str]:
+    """Flag names, for help text and tests."""
+    return [opt.flag for opt in options]

@@ -1,0 +1,176 @@
+"""The reference server as an embeddable object, plus the process entry point.
+
+Embedding::
+
+    server = Server(ServerConfig(port=0, dev=True))
+    url = await server.start()       # "http://127.0.0.1:54321"
+    ...
+    await server.stop()              # GOAWAY, end sessions (leases released), close
+
+:func:`run` is what the command line calls: it prints exactly one
+``listening on <url>`` line on stdout when ready, handles SIGTERM/SIGINT and
+returns the process exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from conveyor_server_min.config import ServerConfig
+from conveyor_server_min.service_api import EngineConfig, ServiceSet
+
+from ._http.auth import Authenticator
+from ._http.listener import HttpProtocol, Hub, make_ssl_context
+from ._http.rpc import Router
+
+__all__ = ["Server", "run"]
+
+log = logging.getLogger("conveyor.server")
+
+
+class _NoServices:
+    """Stand-in when the engine package is unavailable: every RPC is ``unimplemented``."""
+
+    unary: Mapping[str, Any] = {}
+    server_streams: Mapping[str, Any] = {}
+
+    async def session(self, ctx: Any, recv: Any, send: Any) -> None:
+        from conveyor_sdk.errors import Unimplemented
+
+        raise Unimplemented("this server was built without the task engine")
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+def load_services(engine: EngineConfig) -> ServiceSet:
+    """The real services (``conveyor_server_min._services.build_services``)."""
+    try:
+        from conveyor_server_min._services import build_services
+    except ImportError:
+        log.warning("conveyor_server_min._services.build_services is missing; serving no RPCs")
+        return _NoServices()
+    services: ServiceSet = build_services(engine)
+    return services
+
+
+class Server:
+    """One listener serving gRPC, gRPC-Web and Connect over h2c, HTTP/1.1 and TLS."""
+
+    def __init__(self, config: ServerConfig, *, services: ServiceSet | None = None) -> None:
+        self.config = config
+        self._services = services
+        self._server: asyncio.Server | None = None
+        self._hub: Hub | None = None
+        self._stopped = asyncio.Event()
+        self._stopping = False
+        self.url = ""
+
+    @property
+    def services(self) -> ServiceSet:
+        """The service set (built on ``start`` when not given)."""
+        if self._services is None:
+            raise RuntimeError("server not started")
+        return self._services
+
+    def _ready(self) -> bool:
+        return self._server is not None and not self._stopping
+
+    async def start(self) -> str:
+        """Start services and bind; returns the URL clients should use."""
+        config = self.config
+        if self._services is None:
+            self._services = load_services(config.engine)
+        await self._services.start()
+        router = Router(
+            self._services,
+            Authenticator(config.tokens),
+            max_message=config.max_message_bytes,
+            ready=self._ready,
+        )
+        self._hub = Hub(
+            router, max_message=config.max_message_bytes, max_streams=config.max_concurrent_streams
+        )
+        ssl_ctx = (
+            make_ssl_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
+        )
+        hub = self._hub
+        try:
+            self._server = await asyncio.get_running_loop().create_server(
+                lambda: HttpProtocol(hub), config.host, config.port, ssl=ssl_ctx, backlog=1024
+            )
+        except BaseException:
+            await self._services.stop()
+            raise
+        sockname = self._server.sockets[0].getsockname()
+        host = sockname[0]
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"{config.scheme}://{shown}:{sockname[1]}"
+        log.info("serving on %s (auth %s)", self.url, "on" if config.tokens else "off")
+        return self.url
+
+    async def serve_forever(self) -> None:
+        """Wait until :meth:`stop` has finished."""
+        await self._stopped.wait()
+
+    async def stop(self) -> None:
+        """Stop accepting, GOAWAY, end sessions via ``services.stop()``, close connections. Idempotent."""
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        grace = self.config.shutdown_grace
+        try:
+            if self._server is not None:
+                self._server.close()
+            if self._hub is not None:
+                self._hub.shutdown()
+            if self._services is not None:
+                await _bounded(self._services.stop(), grace, "services.stop()")
+            if self._hub is not None:
+                if not await self._hub.wait_idle(grace):
+                    log.warning("streams still open after %.1fs; closing them", grace)
+                self._hub.close_all()
+            if self._server is not None:
+                await _bounded(self._server.wait_closed(), 1.0, "listener close")
+        finally:
+            self._stopped.set()
+
+
+async def _bounded(awaitable: Any, seconds: float, what: str) -> None:
+    try:
+        async with asyncio.timeout(seconds):
+            await awaitable
+    except TimeoutError:
+        log.warning("%s did not finish within %.1fs", what, seconds)
+
+
+async def _serve(config: ServerConfig) -> int:
+    server = Server(config)
+    try:
+        url = await server.start()
+    except OSError as exc:
+        print(f"error: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"listening on {url}", flush=True)
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()
+    return 0
+
+
+def run(config: ServerConfig) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit code (0 after a clean shutdown)."""
+    return asyncio.run(_serve(config))
