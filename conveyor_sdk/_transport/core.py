@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import h2.config
 import h2.connection
@@ -58,6 +59,26 @@ CONNECTION_WINDOW = 1 << 24
 RECV_HIGH_WATER = 4 << 20
 
 
+class _Connection(h2.connection.H2Connection):
+    """h2's client connection, except that a graceful GOAWAY keeps already-open streams alive.
+
+    h2 (4.x) closes its connection state machine on *any* GOAWAY and drops queued output,
+    which would reject the rest of a stream the server announced it will still finish.
+    RFC 9113 §6.8 lets streams up to last-stream-id complete, so for a NO_ERROR GOAWAY that
+    covers our stream we restore the open state and the queued bytes. We never open another
+    stream on the connection, which is all such a GOAWAY forbids.
+    """
+
+    def _receive_goaway_frame(self, frame: Any) -> Any:
+        keep = frame.error_code == 0 and frame.last_stream_id >= self.highest_outbound_stream_id > 0
+        saved = bytes(self._data_to_send)
+        result = super()._receive_goaway_frame(frame)
+        if keep:
+            self.state_machine.state = ConnectionState.CLIENT_OPEN
+            self._data_to_send += saved
+        return result
+
+
 class SessionCore:
     """HTTP/2 connection + one RPC stream + message framing, as a state machine."""
 
@@ -69,7 +90,7 @@ class SessionCore:
         recv_high_water: int = RECV_HIGH_WATER,
     ) -> None:
         config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
-        self._conn = h2.connection.H2Connection(config=config)
+        self._conn = _Connection(config=config)
         self._conn.local_settings = h2.settings.Settings(
             client=True,
             initial_values={
@@ -338,12 +359,7 @@ class SessionCore:
         last = event.last_stream_id if event.last_stream_id is not None else 0
         if code != 0 or last < self.stream_id:
             self._fail(_status.goaway_error(code, event.additional_data), connection=True)
-            return
-        # Graceful GOAWAY covering our stream: the server may still finish it. h2 closes its connection
-        # state machine on any GOAWAY, which would reject the rest of the stream; reopen it (we never
-        # open another stream on this connection, which is all GOAWAY forbids).
-        if not self.finished or not self._remote_ended:
-            self._conn.state_machine.state = ConnectionState.CLIENT_OPEN
+        # else: a graceful GOAWAY covering our stream; the server may still finish it (see _Connection).
 
     # ---- helpers -------------------------------------------------------------------------------
 

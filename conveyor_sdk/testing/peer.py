@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl as _ssl
 from collections import deque
 from dataclasses import dataclass
 from types import TracebackType
@@ -48,13 +49,18 @@ class ScriptedPeer:
         protocol: ``"grpc"`` or ``"connect"`` (which framing and status encoding to use).
         require_token: when set, streams without ``authorization: Bearer <token>`` are
             rejected with ``unauthenticated`` (they still count in ``sessions_opened``).
+        ssl: a server-side TLS context; the URL becomes ``https://``. Offer ALPN ``h2`` on it
+            (``ctx.set_alpn_protocols(["h2"])``) unless the test wants ALPN to fail.
     """
 
-    def __init__(self, protocol: str = "grpc", *, require_token: str | None = None) -> None:
+    def __init__(
+        self, protocol: str = "grpc", *, require_token: str | None = None, ssl: _ssl.SSLContext | None = None
+    ) -> None:
         if protocol not in ("grpc", "connect"):
             raise ValueError(f"protocol must be 'grpc' or 'connect', not {protocol!r}")
         self.protocol = protocol
         self.require_token = require_token
+        self._ssl = ssl
         self.url = ""
         self.sessions_opened = 0
         self.connections: list[PeerConnection] = []
@@ -68,9 +74,9 @@ class ScriptedPeer:
         return f"<ScriptedPeer {self.protocol} {self.url} opened={self.sessions_opened}>"
 
     async def __aenter__(self) -> ScriptedPeer:
-        self._server = await asyncio.start_server(self._on_client, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._on_client, "127.0.0.1", 0, ssl=self._ssl)
         host, port = self._server.sockets[0].getsockname()[:2]
-        self.url = f"http://{host}:{port}"
+        self.url = f"{'https' if self._ssl else 'http'}://{host}:{port}"
         return self
 
     async def __aexit__(
