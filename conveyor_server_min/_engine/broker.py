@@ -1,0 +1,297 @@
+"""Task storage behind a small interface, plus the in-memory implementation.
+
+The broker owns task rows and every index over them (ready heaps, timers,
+unique claims, per-state counts, aggregation buckets, dependency edges). It
+applies state changes it is told to make and never decides *which* change to
+make: the rules live in the engine. A persistent broker implements the same
+:class:`Broker` protocol.
+
+Indexes use lazy deletion: every state change bumps ``task.token`` and heap
+entries carrying an old token are skipped when they surface.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from conveyor_server_min._engine.model import INCOMPLETE, WAITING, State, Task
+
+__all__ = ["Broker", "GroupBucket", "MemoryBroker"]
+
+_DISPATCHABLE = (State.PENDING, State.RETRY)
+
+
+@dataclass(slots=True)
+class GroupBucket:
+    """Members of one (queue, group) in arrival order, with arrival times."""
+
+    queue: str
+    group: str
+    members: dict[str, float] = field(default_factory=dict)
+    last_at: float = 0.0
+
+    @property
+    def first_at(self) -> float:
+        return next(iter(self.members.values()), self.last_at)
+
+
+class Broker(Protocol):
+    """What the engine needs from storage."""
+
+    driver: str
+
+    def get(self, task_id: str) -> Task | None: ...
+    def insert(self, task: Task, now: float) -> None: ...
+    def delete(self, task: Task) -> None: ...
+    def set_state(self, task: Task, state: State, now: float) -> None: ...
+    def unique_holder(self, key: str, now: float) -> Task | None: ...
+    def peek_ready(self, queue: str, now: float) -> Task | None: ...
+    def pop_ready(self, queue: str, now: float) -> Task | None: ...
+    def requeue(self, task: Task, now: float) -> None: ...
+    def pop_due_scheduled(self, now: float, limit: int) -> list[Task]: ...
+    def pop_expired(self, now: float) -> list[Task]: ...
+    def pop_purgeable(self, now: float) -> list[Task]: ...
+    def active_tasks(self) -> Iterable[Task]: ...
+    def next_timer(self) -> float | None: ...
+    def queues_with_due_work(self, now: float) -> list[str]: ...
+    def counts(self) -> dict[str, list[int]]: ...
+    def iter_tasks_desc(self) -> Iterator[Task]: ...
+    def buckets(self) -> list[GroupBucket]: ...
+    def bucket(self, queue: str, group: str) -> GroupBucket | None: ...
+    def add_dependent(self, prerequisite: str, dependent: str) -> None: ...
+    def pop_dependents(self, prerequisite: str) -> set[str]: ...
+    def is_paused(self, queue: str) -> bool: ...
+    def set_paused(self, queue: str, paused: bool) -> None: ...
+    def paused_queues(self) -> set[str]: ...
+    def size(self) -> int: ...
+
+
+class MemoryBroker:
+    """Everything in process memory; lost on restart."""
+
+    driver = "memory"
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, Task] = {}
+        self._counts: dict[str, list[int]] = {}
+        self._ready: dict[str, list[tuple[int, float, str, int]]] = {}
+        self._delayed: dict[str, list[tuple[float, str, int]]] = {}
+        self._scheduled: list[tuple[float, str, int]] = []
+        self._expiring: list[tuple[float, str]] = []
+        self._purge: list[tuple[float, str, int]] = []
+        self._active: dict[str, Task] = {}
+        self._unique: dict[str, str] = {}
+        self._buckets: dict[tuple[str, str], GroupBucket] = {}
+        self._dependents: dict[str, set[str]] = {}
+        self._paused: set[str] = set()
+        self._sorted_ids: list[str] | None = []
+
+    def __repr__(self) -> str:
+        return f"MemoryBroker(tasks={len(self._tasks)}, active={len(self._active)})"
+
+    # --- rows -------------------------------------------------------------------------------------
+    def get(self, task_id: str) -> Task | None:
+        return self._tasks.get(task_id)
+
+    def size(self) -> int:
+        return len(self._tasks)
+
+    def insert(self, task: Task, now: float) -> None:
+        """Store a new row in ``task.state`` and claim its unique key."""
+        self._tasks[task.id] = task
+        self._sorted_ids = None
+        self._counts.setdefault(task.queue, [0] * 10)[task.state] += 1
+        if task.unique_key and task.state in INCOMPLETE:
+            self._unique[task.unique_key] = task.id
+        if task.expires_at is not None:
+            heapq.heappush(self._expiring, (task.expires_at, task.id))
+        self._enter(task, now)
+
+    def delete(self, task: Task) -> None:
+        self._leave(task)
+        self._counts[task.queue][task.state] -= 1
+        del self._tasks[task.id]
+        self._sorted_ids = None
+        if task.unique_key and self._unique.get(task.unique_key) == task.id:
+            del self._unique[task.unique_key]
+        task.token += 1
+
+    def set_state(self, task: Task, state: State, now: float) -> None:
+        """Move ``task`` to ``state``; ``task.due`` must already hold its new due time."""
+        self._leave(task)
+        counts = self._counts[task.queue]
+        counts[task.state] -= 1
+        counts[state] += 1
+        task.state = state
+        task.token += 1
+        if state not in INCOMPLETE and task.unique_key and self._unique.get(task.unique_key) == task.id:
+            del self._unique[task.unique_key]
+        self._enter(task, now)
+
+    def _enter(self, task: Task, now: float) -> None:
+        state = task.state
+        if state in _DISPATCHABLE:
+            self.requeue(task, now)
+        elif state is State.SCHEDULED:
+            heapq.heappush(self._scheduled, (task.due, task.id, task.token))
+        elif state is State.ACTIVE:
+            self._active[task.id] = task
+        elif state is State.AGGREGATING:
+            key = (task.queue, task.group)
+            bucket = self._buckets.get(key)
+            if bucket is None:
+                bucket = self._buckets[key] = GroupBucket(task.queue, task.group)
+            bucket.members[task.id] = now
+            bucket.last_at = now
+        elif state is State.COMPLETED:
+            purge_at = (task.completed_at or now) + (task.retention or 0.0)
+            heapq.heappush(self._purge, (purge_at, task.id, task.token))
+
+    def _leave(self, task: Task) -> None:
+        if task.state is State.ACTIVE:
+            self._active.pop(task.id, None)
+        elif task.state is State.AGGREGATING:
+            key = (task.queue, task.group)
+            bucket = self._buckets.get(key)
+            if bucket is not None:
+                bucket.members.pop(task.id, None)
+                if not bucket.members:
+                    del self._buckets[key]
+
+    def unique_holder(self, key: str, now: float) -> Task | None:
+        holder_id = self._unique.get(key)
+        holder = self._tasks.get(holder_id) if holder_id else None
+        if holder is None or holder.state not in INCOMPLETE:
+            return None
+        if holder.unique_until is not None and holder.unique_until <= now:
+            return None
+        return holder
+
+    # --- dispatch index --------------------------------------------------------------------------
+    def requeue(self, task: Task, now: float) -> None:
+        """(Re)index a PENDING/RETRY task: ready if due, else delayed."""
+        task.token += 1
+        if task.due <= now:
+            heap = self._ready.setdefault(task.queue, [])
+            heapq.heappush(heap, (-task.priority, task.due, task.id, task.token))
+        else:
+            delayed = self._delayed.setdefault(task.queue, [])
+            heapq.heappush(delayed, (task.due, task.id, task.token))
+
+    def _valid(self, task_id: str, token: int) -> Task | None:
+        task = self._tasks.get(task_id)
+        if task is not None and task.token == token and task.state in _DISPATCHABLE:
+            return task
+        return None
+
+    def _promote_delayed(self, queue: str, now: float) -> None:
+        delayed = self._delayed.get(queue)
+        if not delayed:
+            return
+        ready = self._ready.setdefault(queue, [])
+        while delayed and delayed[0][0] <= now:
+            due, task_id, token = heapq.heappop(delayed)
+            task = self._valid(task_id, token)
+            if task is not None:
+                heapq.heappush(ready, (-task.priority, due, task_id, token))
+
+    def peek_ready(self, queue: str, now: float) -> Task | None:
+        self._promote_delayed(queue, now)
+        heap = self._ready.get(queue)
+        while heap:
+            _, _, task_id, token = heap[0]
+            task = self._valid(task_id, token)
+            if task is not None:
+                return task
+            heapq.heappop(heap)
+        return None
+
+    def pop_ready(self, queue: str, now: float) -> Task | None:
+        task = self.peek_ready(queue, now)
+        if task is not None:
+            heapq.heappop(self._ready[queue])
+            task.token += 1
+        return task
+
+    def queues_with_due_work(self, now: float) -> list[str]:
+        out = [q for q, heap in self._ready.items() if heap]
+        out += [q for q, heap in self._delayed.items() if heap and heap[0][0] <= now and q not in out]
+        return out
+
+    def next_timer(self) -> float | None:
+        """Earliest instant at which a delayed PENDING/RETRY task becomes due (SCHEDULED ones wait
+        for the promoter)."""
+        candidates = [heap[0][0] for heap in self._delayed.values() if heap]
+        return min(candidates) if candidates else None
+
+    # --- timers ---------------------------------------------------------------------------------
+    def pop_due_scheduled(self, now: float, limit: int) -> list[Task]:
+        out: list[Task] = []
+        heap = self._scheduled
+        while heap and heap[0][0] <= now and len(out) < limit:
+            _, task_id, token = heapq.heappop(heap)
+            task = self._tasks.get(task_id)
+            if task is not None and task.token == token and task.state is State.SCHEDULED:
+                out.append(task)
+        return out
+
+    def pop_expired(self, now: float) -> list[Task]:
+        out: list[Task] = []
+        while self._expiring and self._expiring[0][0] <= now:
+            _, task_id = heapq.heappop(self._expiring)
+            task = self._tasks.get(task_id)
+            if task is not None and task.state in WAITING:
+                out.append(task)
+        return out
+
+    def pop_purgeable(self, now: float) -> list[Task]:
+        out: list[Task] = []
+        while self._purge and self._purge[0][0] <= now:
+            _, task_id, token = heapq.heappop(self._purge)
+            task = self._tasks.get(task_id)
+            if task is not None and task.token == token and task.state is State.COMPLETED:
+                out.append(task)
+        return out
+
+    def active_tasks(self) -> Iterable[Task]:
+        return list(self._active.values())
+
+    # --- views ----------------------------------------------------------------------------------
+    def counts(self) -> dict[str, list[int]]:
+        return {q: list(c) for q, c in self._counts.items()}
+
+    def iter_tasks_desc(self) -> Iterator[Task]:
+        if self._sorted_ids is None:
+            self._sorted_ids = sorted(self._tasks, reverse=True)
+        for task_id in list(self._sorted_ids):
+            task = self._tasks.get(task_id)
+            if task is not None:
+                yield task
+
+    def buckets(self) -> list[GroupBucket]:
+        return list(self._buckets.values())
+
+    def bucket(self, queue: str, group: str) -> GroupBucket | None:
+        return self._buckets.get((queue, group))
+
+    # --- dependencies and queues -----------------------------------------------------------------
+    def add_dependent(self, prerequisite: str, dependent: str) -> None:
+        self._dependents.setdefault(prerequisite, set()).add(dependent)
+
+    def pop_dependents(self, prerequisite: str) -> set[str]:
+        return self._dependents.pop(prerequisite, set())
+
+    def is_paused(self, queue: str) -> bool:
+        return queue in self._paused
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        if paused:
+            self._paused.add(queue)
+        else:
+            self._paused.discard(queue)
+
+    def paused_queues(self) -> set[str]:
+        return set(self._paused)

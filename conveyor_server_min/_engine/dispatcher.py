@@ -1,0 +1,201 @@
+"""Dispatch decisions: which task goes to which session, as plain synchronous methods.
+
+Rules (protocol document §5.4-5.5, §5.11):
+* a session never holds more than ``concurrency`` deliveries across all its queues;
+* a queue's tasks are spread over the sessions serving it by smooth weighted
+  round-robin (SWRR) on each session's Hello weight for that queue;
+* when a chosen session serves several queues with work, its slot goes to the
+  queue picked by SWRR over its own queue weights;
+* within a queue: priority desc, due asc, id asc (the broker's ready heap);
+* paused queues dispatch nothing; rate limits gate each dispatch; a task whose
+  concurrency key is saturated is parked until a slot on that key frees;
+* a fired group goes as one BatchDispatch (one slot) to a session that listed
+  the group's type in ``batch_types``.
+
+``pump()`` runs until no queue can make progress. Outbound frames are handed to
+each session's ``sink`` synchronously; nothing here awaits.
+"""
+
+from __future__ import annotations
+
+from conveyor_server_min._engine.broker import Broker, GroupBucket
+from conveyor_server_min._engine.clock import Clock
+from conveyor_server_min._engine.limits import TokenBucket
+from conveyor_server_min._engine.model import State, Task
+from conveyor_server_min._engine.sessions import (
+    BatchAction,
+    Delivery,
+    DispatchAction,
+    SessionState,
+    swrr_pick,
+)
+from conveyor_server_min._engine.transitions import Transitions
+from conveyor_server_min.service_api import EngineConfig
+
+__all__ = ["Dispatcher"]
+
+
+class Dispatcher:
+    """Owns sessions, the per-queue SWRR state, rate buckets and parked tasks."""
+
+    def __init__(self, broker: Broker, clock: Clock, config: EngineConfig, transitions: Transitions) -> None:
+        self.broker = broker
+        self.clock = clock
+        self.config = config
+        self.transitions = transitions
+        self.sessions: dict[str, SessionState] = {}
+        self.rate_limits: dict[str, TokenBucket] = {}
+        self.key_limits: dict[str, int] = {}
+        self._serving: dict[str, list[SessionState]] = {}
+        self._queue_swrr: dict[str, dict[str, int]] = {}
+        self._dirty: dict[str, None] = {}
+        self._parked: dict[tuple[str, str], list[tuple[Task, int]]] = {}
+        self._lease_seq = 0
+        self._delivery_seq = 0
+        self.rate_wake: float | None = None
+        transitions.on_ready = self.mark
+        transitions.on_key_freed = self.unpark
+
+    def __repr__(self) -> str:
+        return f"Dispatcher(sessions={len(self.sessions)}, dirty={len(self._dirty)})"
+
+    # --- sessions --------------------------------------------------------------------------------
+    def register(self, session: SessionState) -> None:
+        self.sessions[session.id] = session
+        for queue in session.queues:
+            self._serving.setdefault(queue, []).append(session)
+            self.mark(queue)
+
+    def unregister(self, session: SessionState) -> None:
+        self.sessions.pop(session.id, None)
+        for queue in session.queues:
+            serving = self._serving.get(queue, [])
+            if session in serving:
+                serving.remove(session)
+            self._queue_swrr.get(queue, {}).pop(session.id, None)
+
+    def serving(self, queue: str) -> list[SessionState]:
+        return self._serving.get(queue, [])
+
+    # --- waking ----------------------------------------------------------------------------------
+    def mark(self, queue: str) -> None:
+        self._dirty[queue] = None
+
+    def mark_session(self, session: SessionState) -> None:
+        for queue in session.queues:
+            self._dirty[queue] = None
+
+    def unpark(self, queue: str, key: str) -> None:
+        parked = self._parked.pop((queue, key), None)
+        if not parked:
+            return
+        now = self.clock.now()
+        for task, token in parked:
+            if task.token == token and task.state in (State.PENDING, State.RETRY):
+                self.broker.requeue(task, now)
+        self.mark(queue)
+
+    def unpark_queue(self, queue: str) -> None:
+        for q, key in [k for k in self._parked if k[0] == queue]:
+            self.unpark(q, key)
+
+    # --- the pump --------------------------------------------------------------------------------
+    def pump(self) -> int:
+        """Dispatch until nothing more can go; returns the number of deliveries made."""
+        now = self.clock.now()
+        self.rate_wake = None
+        made = 0
+        while self._dirty:
+            for queue in list(self._dirty):
+                if self._step(queue, now):
+                    made += 1
+                else:
+                    self._dirty.pop(queue, None)
+        return made
+
+    def _step(self, queue: str, now: float) -> bool:
+        sessions = [s for s in self._serving.get(queue, ()) if s.free > 0]
+        if not sessions or not self._queue_ready(queue, now):
+            return False
+        if len(sessions) == 1:
+            session = sessions[0]
+        else:
+            current = self._queue_swrr.setdefault(queue, {})
+            chosen = swrr_pick(current, [(s.id, s.queues[queue]) for s in sessions])
+            session = self.sessions[chosen]
+        target = self._pick_queue(session, queue, now)
+        task = self.broker.pop_ready(target, now)
+        if task is not None:
+            self._offer(session, target, task, now)
+        return True
+
+    def _queue_ready(self, queue: str, now: float) -> bool:
+        if self.broker.is_paused(queue) or self.broker.peek_ready(queue, now) is None:
+            return False
+        bucket = self.rate_limits.get(queue)
+        if bucket is not None and not bucket.available(now):
+            wake = bucket.next_token_at()
+            self.rate_wake = wake if self.rate_wake is None else min(self.rate_wake, wake)
+            return False
+        return True
+
+    def _pick_queue(self, session: SessionState, queue: str, now: float) -> str:
+        if len(session.queues) == 1:
+            return queue
+        ready = [(q, w) for q, w in session.queues.items() if q == queue or self._queue_ready(q, now)]
+        if len(ready) == 1:
+            return queue
+        return swrr_pick(session.queue_swrr, ready)
+
+    def _offer(self, session: SessionState, queue: str, task: Task, now: float) -> None:
+        if task.expires_at is not None and task.expires_at <= now:
+            self.transitions.expire(task, now)
+            return
+        key = task.concurrency_key
+        if key:
+            limit = self.key_limits.get(queue)
+            if limit is not None and self.transitions.key_active.get((queue, key), 0) >= limit:
+                self._parked.setdefault((queue, key), []).append((task, task.token))
+                return
+        bucket = self.rate_limits.get(queue)
+        if bucket is not None:
+            bucket.take(now)
+        self._lease_seq += 1
+        self.transitions.activate(task, session.id, self._lease_seq, now)
+        self._delivery_seq += 1
+        session.add(Delivery(self._delivery_seq, {task.id: self._lease_seq}))
+        session.sink(DispatchAction(task, self.deadline_for(task, now)))
+
+    def deadline_for(self, task: Task, now: float) -> float:
+        """min(lease expiry, task deadline, now + timeout)."""
+        deadline = task.lease_expires_at
+        if task.deadline is not None:
+            deadline = min(deadline, task.deadline)
+        if task.timeout is not None:
+            deadline = min(deadline, now + task.timeout)
+        return deadline
+
+    # --- groups ----------------------------------------------------------------------------------
+    def fire_group(self, bucket: GroupBucket, max_size: int, now: float) -> bool:
+        """Lease up to ``max_size`` members as one batch to a capable session; False if none can take it."""
+        if self.broker.is_paused(bucket.queue) or not bucket.members:
+            return False
+        members = [t for t in map(self.broker.get, bucket.members) if t is not None]
+        members.sort(key=lambda t: (t.enqueued_at, t.id))
+        task_type = members[0].type
+        capable = [
+            s for s in self._serving.get(bucket.queue, ()) if s.free > 0 and task_type in s.batch_types
+        ]
+        if not capable:
+            return False
+        current = self._queue_swrr.setdefault(bucket.queue, {})
+        chosen = self.sessions[swrr_pick(current, [(s.id, s.queues[bucket.queue]) for s in capable])]
+        batch = members[:max_size]
+        self._lease_seq += 1
+        for task in batch:
+            self.transitions.activate(task, chosen.id, self._lease_seq, now)
+        self._delivery_seq += 1
+        chosen.add(Delivery(self._delivery_seq, {t.id: self._lease_seq for t in batch}, batch=True))
+        deadline = min(self.deadline_for(t, now) for t in batch)
+        chosen.sink(BatchAction(tuple(batch), deadline, bucket.group))
+        return True

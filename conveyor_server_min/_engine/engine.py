@@ -1,0 +1,313 @@
+"""The engine facade: producer, worker-session and maintenance entry points.
+
+All methods are synchronous and take "now" from the injected clock; the async
+services layer calls them and forwards the resulting session actions. Admin
+operations live in :mod:`conveyor_server_min._engine.admin`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from conveyor_sdk.errors import AlreadyExists
+from conveyor_server_min._engine.broker import Broker, MemoryBroker
+from conveyor_server_min._engine.clock import Clock, SystemClock
+from conveyor_server_min._engine.dispatcher import Dispatcher
+from conveyor_server_min._engine.events import EventHub
+from conveyor_server_min._engine.limits import GroupConfig
+from conveyor_server_min._engine.model import EventType, Outcome, State, Task
+from conveyor_server_min._engine.sessions import Action, CancelAction, Delivery, SessionState
+from conveyor_server_min._engine.transitions import Transitions
+from conveyor_server_min._engine.ulid import UlidGenerator
+from conveyor_server_min.service_api import EngineConfig
+
+__all__ = ["DUPLICATE_UNIQUE", "Engine"]
+
+log = logging.getLogger("conveyor.server.engine")
+
+DUPLICATE_UNIQUE = "broker: duplicate task"
+_ENQUEUE_EVENT = {State.PENDING: EventType.ENQUEUED, State.SCHEDULED: EventType.SCHEDULED}
+
+
+class Engine:
+    """Task lifecycle rules over a :class:`Broker`, with injectable clock and randomness."""
+
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        broker: Broker | None = None,
+        rand: Callable[[], float] | None = None,
+    ) -> None:
+        self.config = config or EngineConfig()
+        self.clock = clock or SystemClock()
+        self.broker: Broker = broker or MemoryBroker()
+        self.ids = UlidGenerator(self.clock)
+        self.events = EventHub(self.config.events_enabled)
+        self.transitions = Transitions(self.broker, self.config, self.events, rand or random.random)
+        self.dispatcher = Dispatcher(self.broker, self.clock, self.config, self.transitions)
+        self.group_configs: dict[tuple[str, str], GroupConfig] = {}
+        self.started_at = self.clock.now()
+        self.on_timer_change: Callable[[], None] = lambda: None
+
+    def __repr__(self) -> str:
+        return f"Engine(broker={self.broker!r}, dispatcher={self.dispatcher!r})"
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def new_id(self) -> str:
+        return self.ids.new()
+
+    # --- producer --------------------------------------------------------------------------------
+    def get(self, task_id: str) -> Task | None:
+        return self.broker.get(task_id)
+
+    def enqueue(self, task: Task) -> Task:
+        """Commit one validated task; raises AlreadyExists for a repeat id or a held unique key."""
+        now = self.now()
+        if self.broker.get(task.id) is not None:
+            raise AlreadyExists(f"task {task.id} already exists")
+        self._check_unique([task], now)
+        self._commit(task, now)
+        self._after_commit()
+        return task
+
+    def enqueue_tx(self, tasks: Sequence[Task]) -> list[Task]:
+        """Commit all or nothing. Existing / repeated ids are no-ops that return the stored task."""
+        now = self.now()
+        fresh: list[Task] = []
+        seen: dict[str, Task] = {}
+        out: list[Task] = []
+        for task in tasks:
+            existing = self.broker.get(task.id) or seen.get(task.id)
+            if existing is None:
+                seen[task.id] = task
+                fresh.append(task)
+            out.append(existing or task)
+        self._check_unique(fresh, now)
+        for task in fresh:
+            self._commit(task, now)
+        self._after_commit()
+        return out
+
+    def _check_unique(self, tasks: Iterable[Task], now: float) -> None:
+        claimed: set[str] = set()
+        for task in tasks:
+            key = task.unique_key
+            if not key:
+                continue
+            if key in claimed or self.broker.unique_holder(key, now) is not None:
+                raise AlreadyExists(DUPLICATE_UNIQUE)
+            claimed.add(key)
+
+    def _commit(self, task: Task, now: float) -> None:
+        task.enqueued_at = now
+        if task.unique_key and task.unique_ttl is not None:
+            task.unique_until = now + task.unique_ttl
+        task.state = self.transitions.settle_initial(task, now)
+        self.broker.insert(task, now)
+        for prereq in task.waiting_on:
+            self.broker.add_dependent(prereq, task.id)
+        self.transitions.emit(task, _ENQUEUE_EVENT.get(task.state), now)
+        if task.state in (State.PENDING, State.RETRY):
+            self.dispatcher.mark(task.queue)
+        elif task.state is State.AGGREGATING:
+            self._maybe_fire_full(task, now)
+
+    def _after_commit(self) -> None:
+        self.dispatcher.pump()
+        self.on_timer_change()
+
+    # --- worker sessions -------------------------------------------------------------------------
+    def open_session(
+        self,
+        *,
+        queues: Mapping[str, int],
+        concurrency: int,
+        sink: Callable[[Action], None],
+        sdk_version: str = "",
+        labels: Mapping[str, str] | None = None,
+        batch_types: Iterable[str] = (),
+        session_id: str | None = None,
+    ) -> SessionState:
+        session = SessionState(
+            id=session_id or self.new_id(),
+            queues=dict(queues),
+            concurrency=concurrency,
+            sink=sink,
+            connected_at=self.now(),
+            sdk_version=sdk_version,
+            labels=dict(labels or {}),
+            batch_types=frozenset(batch_types),
+        )
+        self.dispatcher.register(session)
+        return session
+
+    def start_session(self, session: SessionState) -> None:
+        """Begin dispatching to a registered session (after its Welcome went out)."""
+        self.dispatcher.mark_session(session)
+        self.dispatcher.pump()
+
+    def close_session(self, session: SessionState) -> None:
+        """Release every task still leased to the session (no retry charge), then forget it."""
+        if session.id not in self.dispatcher.sessions:
+            return
+        self.dispatcher.unregister(session)
+        now = self.now()
+        for delivery in list(session.deliveries.values()):
+            for task_id, lease_id in list(delivery.members.items()):
+                task = self._leased(task_id, lease_id)
+                if task is not None:
+                    self.transitions.release(task, now)
+            session.remove(delivery)
+        self.dispatcher.pump()
+
+    def _leased(self, task_id: str, lease_id: int) -> Task | None:
+        task = self.broker.get(task_id)
+        if task is not None and task.state is State.ACTIVE and task.lease_id == lease_id:
+            return task
+        return None
+
+    def result(self, session: SessionState, task_id: str, outcome: int, message: str, data: bytes) -> None:
+        """One Result; unknown ids are ignored. UNSPECIFIED acts as RELEASED."""
+        delivery = session.by_task.get(task_id)
+        if delivery is None:
+            return
+        self._apply(session, delivery, (task_id, outcome, message, data))
+        self.dispatcher.mark_session(session)
+        self.dispatcher.pump()
+        self.on_timer_change()
+
+    def batch_result(self, session: SessionState, results: Sequence[tuple[str, int, str, bytes]]) -> None:
+        """A BatchResult: members omitted from ``results`` are RELEASED; one slot is refunded per batch."""
+        touched: dict[int, Delivery] = {}
+        for report in results:
+            delivery = session.by_task.get(report[0])
+            if delivery is None:
+                continue
+            touched[delivery.id] = delivery
+            self._apply(session, delivery, report)
+        for delivery in touched.values():
+            for task_id in list(delivery.members):
+                self._apply(session, delivery, (task_id, Outcome.RELEASED, "", b""))
+            session.remove(delivery)
+        self.dispatcher.mark_session(session)
+        self.dispatcher.pump()
+        self.on_timer_change()
+
+    def _apply(self, session: SessionState, delivery: Delivery, report: tuple[str, int, str, bytes]) -> None:
+        task_id, outcome, message, data = report
+        task = self._leased(task_id, delivery.members[task_id])
+        session.forget_member(delivery, task_id)
+        if task is not None:
+            self.transitions.apply_outcome(task, outcome, message, data, self.now())
+
+    def heartbeat(self, session: SessionState, task_ids: Sequence[str]) -> None:
+        """Extend listed leases; Cancel listed tasks whose lease was lost; drop lost unlisted ones."""
+        now = self.now()
+        listed = set(task_ids)
+        for task_id in listed:
+            delivery = session.by_task.get(task_id)
+            if delivery is None:
+                continue
+            task = self._leased(task_id, delivery.members[task_id])
+            if task is not None:
+                task.lease_expires_at = now + self.config.lease_ttl
+            elif task_id not in delivery.cancel_sent:
+                delivery.cancel_sent.add(task_id)
+                session.sink(CancelAction(task_id))
+        freed = False
+        for delivery in list(session.deliveries.values()):
+            for task_id, lease_id in list(delivery.members.items()):
+                if task_id not in listed and self._leased(task_id, lease_id) is None:
+                    session.forget_member(delivery, task_id)
+                    freed = freed or not delivery.members
+        if freed:
+            self.dispatcher.mark_session(session)
+            self.dispatcher.pump()
+
+    def credit(self, session: SessionState, n: int) -> None:
+        """Restore up to ``n`` slots held by deliveries whose leases were all lost (never above capacity)."""
+        restored = 0
+        for delivery in list(session.deliveries.values()):
+            if restored >= n:
+                break
+            if all(self._leased(t, lease) is None for t, lease in delivery.members.items()):
+                session.remove(delivery)
+                restored += 1
+        self.dispatcher.mark_session(session)
+        self.dispatcher.pump()
+
+    def progress(self, session: SessionState, task_id: str, percent: int, message: str) -> None:
+        delivery = session.by_task.get(task_id)
+        task = self._leased(task_id, delivery.members[task_id]) if delivery else None
+        if task is not None:
+            task.progress = min(int(percent), 100)
+            task.progress_message = message
+
+    # --- maintenance -----------------------------------------------------------------------------
+    def promote(self) -> int:
+        """SCHEDULED tasks whose time has come -> PENDING."""
+        now = self.now()
+        moved = 0
+        while batch := self.broker.pop_due_scheduled(now, max(1, self.config.lease_batch_max)):
+            for task in batch:
+                self.transitions.move(task, State.PENDING, now, due=task.due)
+                moved += 1
+        self.wake_due()
+        return moved
+
+    def reap(self) -> None:
+        """Expired leases -> RETRY/ARCHIVED; purge retained COMPLETED rows; archive expired waiting tasks."""
+        now = self.now()
+        for task in self.broker.active_tasks():
+            if task.state is State.ACTIVE and task.lease_expires_at <= now:
+                self.transitions.lease_expired(task, now)
+        for task in self.broker.pop_purgeable(now):
+            self.broker.delete(task)
+        for task in self.broker.pop_expired(now):
+            self.transitions.expire(task, now)
+        self.wake_due()
+
+    def sweep_groups(self) -> int:
+        """Fire every group whose size / max-delay / grace condition holds and that a session can take."""
+        now = self.now()
+        fired = 0
+        for bucket in self.broker.buckets():
+            cfg = self.group_config(bucket.queue, bucket.group)
+            ripe = (
+                len(bucket.members) >= cfg.max_size
+                or now - bucket.first_at >= cfg.max_delay
+                or now - bucket.last_at >= cfg.grace_period
+            )
+            if ripe and self.dispatcher.fire_group(bucket, cfg.max_size, now):
+                fired += 1
+        return fired
+
+    def _maybe_fire_full(self, task: Task, now: float) -> None:
+        cfg = self.group_config(task.queue, task.group)
+        bucket = self.broker.bucket(task.queue, task.group)
+        if bucket is not None and len(bucket.members) >= cfg.max_size:
+            self.dispatcher.fire_group(bucket, cfg.max_size, now)
+
+    def group_config(self, queue: str, group: str) -> GroupConfig:
+        found = self.group_configs.get((queue, group)) or self.group_configs.get((queue, ""))
+        if found is not None:
+            return found
+        cfg = self.config
+        return GroupConfig(cfg.group_max_size, cfg.group_max_delay, cfg.group_grace_period)
+
+    def wake_due(self) -> None:
+        """Pump every queue that has due work (after timers fire)."""
+        for queue in self.broker.queues_with_due_work(self.now()):
+            self.dispatcher.mark(queue)
+        self.dispatcher.pump()
+
+    def next_timer(self) -> float | None:
+        """Earliest instant at which time alone makes new work dispatchable."""
+        candidates = [t for t in (self.broker.next_timer(), self.dispatcher.rate_wake) if t is not None]
+        return min(candidates) if candidates else None

@@ -1,0 +1,152 @@
+"""Domain model of the engine: task states, outcomes and the Task record.
+
+Enum numbers equal the conveyor.v1 wire numbers so conversion is a cast, but
+nothing here imports protobuf: the engine is storage- and wire-agnostic.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+__all__ = [
+    "INCOMPLETE",
+    "TERMINAL",
+    "WAITING",
+    "Dependency",
+    "EventType",
+    "FailurePolicy",
+    "Outcome",
+    "RetryPolicy",
+    "State",
+    "Task",
+    "TaskEvent",
+]
+
+
+class State(enum.IntEnum):
+    """Task lifecycle state (wire numbers of conveyor.v1.TaskState)."""
+
+    SCHEDULED = 1
+    PENDING = 2
+    ACTIVE = 3
+    RETRY = 4
+    COMPLETED = 5
+    ARCHIVED = 6
+    CANCELED = 7
+    AGGREGATING = 8
+    BLOCKED = 9
+
+
+WAITING = frozenset({State.SCHEDULED, State.PENDING, State.RETRY, State.BLOCKED})
+INCOMPLETE = frozenset(
+    {State.SCHEDULED, State.PENDING, State.ACTIVE, State.RETRY, State.AGGREGATING, State.BLOCKED}
+)
+TERMINAL = frozenset({State.COMPLETED, State.ARCHIVED, State.CANCELED})
+
+
+class Outcome(enum.IntEnum):
+    """Worker-reported Result outcome (wire numbers of conveyor.v1.TaskOutcome)."""
+
+    UNSPECIFIED = 0
+    SUCCESS = 1
+    RETRY = 2
+    SKIP_RETRY = 3
+    RELEASED = 4
+
+
+class FailurePolicy(enum.IntEnum):
+    """What a dependent does when a prerequisite fails terminally (UNSPECIFIED = BLOCK)."""
+
+    UNSPECIFIED = 0
+    BLOCK = 1
+    CASCADE_CANCEL = 2
+    CONTINUE = 3
+
+
+class EventType(enum.IntEnum):
+    """Lifecycle transition kinds (wire numbers of conveyor.v1.TaskEventType)."""
+
+    ENQUEUED = 1
+    SCHEDULED = 2
+    LEASED = 3
+    COMPLETED = 4
+    RETRIED = 5
+    ARCHIVED = 6
+    CANCELED = 7
+    RELEASED = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    task_id: str
+    on_failure: FailurePolicy = FailurePolicy.BLOCK
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Per-task backoff override; zero fields fall back to the server default."""
+
+    strategy: int = 0
+    base: float = 0.0
+    max: float = 0.0
+
+
+@dataclass(slots=True, eq=False)
+class Task:
+    """One task row. Mutable; only the broker and engine change it."""
+
+    id: str
+    queue: str
+    type: str
+    enqueued_at: float
+    payload: bytes = b""
+    content_type: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    max_retry: int = 25
+    priority: int = 4
+    timeout: float | None = None
+    deadline: float | None = None
+    process_at: float | None = None
+    unique_key: str = ""
+    unique_ttl: float | None = None
+    retention: float | None = None
+    group: str = ""
+    expires_at: float | None = None
+    depends_on: tuple[Dependency, ...] = ()
+    concurrency_key: str = ""
+    retry_policy: RetryPolicy | None = None
+    # runtime
+    state: State = State.PENDING
+    due: float = 0.0
+    retried: int = 0
+    last_error: str = ""
+    started_at: float | None = None
+    completed_at: float | None = None
+    progress: int = 0
+    progress_message: str = ""
+    result: bytes = b""
+    lease_id: int = 0
+    lease_expires_at: float = 0.0
+    session_id: str = ""
+    cancel_requested: bool = False
+    unique_until: float | None = None
+    waiting_on: dict[str, FailurePolicy] = field(default_factory=dict)
+    token: int = 0
+
+    def __repr__(self) -> str:
+        return f"Task(id={self.id!r}, queue={self.queue!r}, type={self.type!r}, state={self.state.name})"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """A lifecycle transition, as streamed by WatchEvents."""
+
+    id: str
+    queue: str
+    type: str
+    state: State
+    event_type: EventType
+    occurred_at: float
+    attempt: int
+    last_error: str

@@ -1,0 +1,189 @@
+"""WorkerService.Session: the server side of the bidirectional worker stream.
+
+One handler call per stream. After a valid Hello it queues Welcome, registers
+the session with the engine and runs three tasks: a reader applying frames, a
+writer draining the session's outbox through ``send``, and a stop waiter used
+by server shutdown. Whatever ends the stream (EOF, error, cancellation,
+shutdown) the engine releases the session's leased tasks with no retry charge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk.errors import ConveyorError, Internal, ProtocolError, Unavailable
+from conveyor_server_min._engine.engine import Engine
+from conveyor_server_min._engine.sessions import Action, BatchAction, CancelAction, SessionState
+from conveyor_server_min._services.convert import envelope, timestamp
+from conveyor_server_min._services.hello import check_hello, welcome
+from conveyor_server_min.service_api import CallContext
+
+__all__ = ["SessionHandler", "server_message"]
+
+log = logging.getLogger("conveyor.server.session")
+Send = Callable[[pb.ServerMessage], Awaitable[None]]
+
+
+def server_message(action: Action) -> pb.ServerMessage:
+    """Encode an engine action as a ServerMessage (at the moment it is produced)."""
+    msg = pb.ServerMessage()
+    if isinstance(action, CancelAction):
+        msg.cancel.task_id = action.task_id
+    elif isinstance(action, BatchAction):
+        msg.batch_dispatch.tasks.extend(envelope(t) for t in action.tasks)
+        msg.batch_dispatch.deadline.CopyFrom(timestamp(action.deadline))
+        msg.batch_dispatch.group = action.group
+    else:
+        msg.dispatch.task.CopyFrom(envelope(action.task))
+        msg.dispatch.deadline.CopyFrom(timestamp(action.deadline))
+    return msg
+
+
+class Outbox:
+    """Unbounded FIFO of frames for one stream, drained by the writer task."""
+
+    def __init__(self) -> None:
+        self._items: deque[pb.ServerMessage] = deque()
+        self._ready = asyncio.Event()
+
+    def push(self, msg: pb.ServerMessage) -> None:
+        self._items.append(msg)
+        self._ready.set()
+
+    async def drain(self, send: Send) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._items:
+                await send(self._items.popleft())
+
+
+def _check_result(result: pb.Result) -> None:
+    if not result.task_id:
+        raise ProtocolError("protocol violation: Result without task_id")
+    if not 0 <= result.outcome <= 4:
+        raise ProtocolError(f"protocol violation: undefined task outcome {result.outcome}")
+
+
+class SessionHandler:
+    """The ``ServiceSet.session`` callable."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.closing = False
+        self._live: dict[str, asyncio.Event] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def __repr__(self) -> str:
+        return f"SessionHandler(live={len(self._live)}, closing={self.closing})"
+
+    async def __call__(self, ctx: CallContext, recv: AsyncIterator[pb.WorkerMessage], send: Send) -> None:
+        frames = aiter(recv)
+        first = await anext(frames, None)
+        if first is None:
+            return
+        hello = check_hello(first, self.engine.config)
+        if self.closing:
+            raise Unavailable("node is shutting down; reconnect to another node")
+        outbox = Outbox()
+        session = self.engine.open_session(
+            queues=dict(hello.queues),
+            concurrency=hello.concurrency,
+            sink=lambda action: outbox.push(server_message(action)),
+            sdk_version=hello.sdk_version,
+            labels=dict(hello.labels),
+            batch_types=list(hello.batch_types),
+        )
+        outbox.push(welcome(session.id, self.engine.config))
+        stop = asyncio.Event()
+        self._live[session.id] = stop
+        self._idle.clear()
+        log.debug("session %s opened from %s: %r", session.id, ctx.peer, session)
+        try:
+            self.engine.start_session(session)
+            await self._run(session, frames, outbox, send, stop)
+        finally:
+            self.engine.close_session(session)
+            self._live.pop(session.id, None)
+            if not self._live:
+                self._idle.set()
+            log.debug("session %s closed", session.id)
+
+    async def _run(
+        self,
+        session: SessionState,
+        frames: AsyncIterator[pb.WorkerMessage],
+        outbox: Outbox,
+        send: Send,
+        stop: asyncio.Event,
+    ) -> None:
+        reader = asyncio.ensure_future(self._read(session, frames))
+        writer = asyncio.ensure_future(outbox.drain(send))
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            done, _ = await asyncio.wait({reader, writer, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (reader, writer, stopper):
+                task.cancel()
+            await asyncio.gather(reader, writer, stopper, return_exceptions=True)
+        if reader in done:
+            reader.result()
+        elif writer in done and not writer.cancelled():
+            exc = writer.exception()
+            if isinstance(exc, ConveyorError):
+                raise exc
+            if exc is not None:
+                raise Internal("session stream failed") from exc
+
+    async def _read(self, session: SessionState, frames: AsyncIterator[pb.WorkerMessage]) -> None:
+        async for msg in frames:
+            self._frame(session, msg)
+
+    def _frame(self, session: SessionState, msg: pb.WorkerMessage) -> None:
+        kind = msg.WhichOneof("frame")
+        engine = self.engine
+        if kind == "result":
+            r = msg.result
+            _check_result(r)
+            engine.result(session, r.task_id, r.outcome, r.error_msg, r.result)
+        elif kind == "heartbeat":
+            engine.heartbeat(session, list(msg.heartbeat.active_task_ids))
+        elif kind == "batch_result":
+            for r in msg.batch_result.results:
+                _check_result(r)
+            engine.batch_result(
+                session, [(r.task_id, r.outcome, r.error_msg, r.result) for r in msg.batch_result.results]
+            )
+        elif kind == "credit":
+            n = msg.credit.n
+            if n <= 0:
+                raise ProtocolError(f"protocol violation: credit must be positive, got {n}")
+            if n > session.concurrency:
+                raise ProtocolError(
+                    f"protocol violation: credit {n} exceeds declared concurrency {session.concurrency}"
+                )
+            engine.credit(session, n)
+        elif kind == "progress":
+            p = msg.progress
+            if not p.task_id:
+                raise ProtocolError("protocol violation: Progress without task_id")
+            engine.progress(session, p.task_id, p.percent, p.message)
+        elif kind == "hello":
+            raise ProtocolError("protocol violation: duplicate Hello frame")
+        else:
+            raise ProtocolError("protocol violation: empty or unknown frame")
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Refuse new sessions, end every live one cleanly, and wait (bounded) until they are gone."""
+        self.closing = True
+        for stop in list(self._live.values()):
+            stop.set()
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace)
+        except TimeoutError:
+            log.warning("%d sessions still open after %.1fs", len(self._live), grace)

@@ -1,0 +1,77 @@
+"""TaskService: Enqueue, EnqueueBatch, EnqueueTx, GetTask."""
+
+from __future__ import annotations
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk.errors import ConveyorError, InvalidArgument, NotFound
+from conveyor_server_min._engine.engine import Engine
+from conveyor_server_min._engine.model import Task
+from conveyor_server_min._services.convert import task_info
+from conveyor_server_min._services.validate import build_task, check_batch_size
+from conveyor_server_min.service_api import CallContext, UnaryMethod
+
+__all__ = ["TaskService"]
+
+_PREFIX = "/conveyor.v1.TaskService/"
+TASK_NOT_FOUND = "broker: task not found"
+
+
+class TaskService:
+    """Producer-side RPCs over an :class:`Engine`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def methods(self) -> list[UnaryMethod]:
+        return [
+            UnaryMethod(_PREFIX + "Enqueue", pb.EnqueueRequest, pb.EnqueueResponse, self.enqueue),  # type: ignore[arg-type]
+            UnaryMethod(
+                _PREFIX + "EnqueueBatch",
+                pb.EnqueueBatchRequest,
+                pb.EnqueueBatchResponse,
+                self.enqueue_batch,  # type: ignore[arg-type]
+            ),
+            UnaryMethod(_PREFIX + "EnqueueTx", pb.EnqueueTxRequest, pb.EnqueueTxResponse, self.enqueue_tx),  # type: ignore[arg-type]
+            UnaryMethod(_PREFIX + "GetTask", pb.GetTaskRequest, pb.GetTaskResponse, self.get_task),  # type: ignore[arg-type]
+        ]
+
+    def _build(self, req: pb.EnqueueRequest) -> Task:
+        engine = self.engine
+        return build_task(
+            req, now=engine.now(), new_id=engine.new_id, default_max_retry=engine.config.default_max_retry
+        )
+
+    async def enqueue(self, req: pb.EnqueueRequest, ctx: CallContext) -> pb.EnqueueResponse:
+        task = self.engine.enqueue(self._build(req))
+        return pb.EnqueueResponse(task=task_info(task))
+
+    async def enqueue_batch(self, req: pb.EnqueueBatchRequest, ctx: CallContext) -> pb.EnqueueBatchResponse:
+        check_batch_size(len(req.tasks))
+        results = []
+        for item in req.tasks:
+            try:
+                task = self.engine.enqueue(self._build(item))
+            except ConveyorError as exc:
+                results.append(pb.EnqueueResult(error=exc.message or exc.code.connect_name))
+            else:
+                results.append(pb.EnqueueResult(task=task_info(task)))
+        return pb.EnqueueBatchResponse(results=results)
+
+    async def enqueue_tx(self, req: pb.EnqueueTxRequest, ctx: CallContext) -> pb.EnqueueTxResponse:
+        check_batch_size(len(req.tasks))
+        tasks = []
+        for index, item in enumerate(req.tasks):
+            try:
+                tasks.append(self._build(item))
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"task {index}: {exc.message}") from None
+        committed = self.engine.enqueue_tx(tasks)
+        return pb.EnqueueTxResponse(tasks=[task_info(t) for t in committed])
+
+    async def get_task(self, req: pb.GetTaskRequest, ctx: CallContext) -> pb.GetTaskResponse:
+        if not req.id:
+            raise InvalidArgument("task id is required")
+        task = self.engine.get(req.id)
+        if task is None:
+            raise NotFound(TASK_NOT_FOUND)
+        return pb.GetTaskResponse(task=task_info(task))
