@@ -1,0 +1,6 @@
+"""Deliberately broken implementations that prove the suite can fail.
+
+* :mod:`.raw_worker` — a compact worker written straight on the session
+  transport that implements the environment contract; ``MUTATION`` breaks one
+  rule at a time (``none`` is the faithful reference).
+"""

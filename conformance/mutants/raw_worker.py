@@ -1,0 +1,248 @@
+"""A compact worker on raw session frames, faithful by default, broken on request.
+
+Same environment contract as ``conveyor conformance worker`` (CONVEYOR_ADDR,
+CONVEYOR_TOKEN, QUEUE, SLEEP_MS, SCENARIO, CONCURRENCY) plus ``MUTATION``:
+
+none                       faithful reference implementation
+no-heartbeat               never sends Heartbeat
+no-heartbeat-during-drain  stops heartbeating once SIGTERM arrives
+partial-heartbeat          lists only the first in-flight id in each Heartbeat
+per-member-results         answers a BatchDispatch with one Result frame per member
+retry-on-drain             reports RETRY for tasks abandoned by a drain
+no-close-on-shutdown       exits on SIGTERM without half-closing (and without results)
+ignore-deadline            never cancels a handler at Dispatch.deadline
+ignore-cancel              ignores Cancel frames
+exception-as-success       reports SUCCESS for a raising handler
+serial                     runs one task at a time whatever the concurrency
+sends-credit               sends a Credit frame after every Result
+crash-on-ping              treats Ping as a protocol error and exits
+reconnect-no-jitter        reconnects after exactly the backoff ceiling
+no-reset-backoff           never resets the reconnect counter after Welcome
+reconnect-on-fatal         reconnects after unauthenticated / invalid_argument
+accept-bad-hello           SCENARIO=bad-hello exits 2 (accepts a zero weight)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._transport import TransportOptions, open_session
+from conveyor_sdk.errors import Code, ConveyorError
+
+__all__ = ["RawWorker", "main"]
+
+FATAL = {Code.UNAUTHENTICATED, Code.PERMISSION_DENIED, Code.INVALID_ARGUMENT}
+SUCCESS, RETRY, SKIP, RELEASED = 1, 2, 3, 4
+
+
+class RawWorker:
+    """One worker process: sessions with reconnect, a job per dispatch, drain on SIGTERM."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.url = env["CONVEYOR_ADDR"]
+        self.token = env.get("CONVEYOR_TOKEN") or None
+        self.queue = env.get("QUEUE", "default")
+        self.sleep = int(env.get("SLEEP_MS", "0")) / 1000
+        self.concurrency = int(env.get("CONCURRENCY", "4"))
+        self.mutation = env.get("MUTATION", "none")
+        self.stopping = asyncio.Event()
+        self.slots = asyncio.Semaphore(1 if self.mutation == "serial" else self.concurrency)
+        self.jobs: dict[str, asyncio.Task[None]] = {}
+        self.inflight: list[str] = []
+        self.sess: Any = None
+        self.draining = False
+
+    async def run(self) -> int:
+        """Serve until SIGTERM (exit 0) or a fatal error (exit 3)."""
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.stopping.set)
+        failures = 0
+        while not self.stopping.is_set():
+            err = await self._session_once()
+            if err == "welcomed" and self.mutation != "no-reset-backoff":
+                failures = 0
+            if isinstance(err, ConveyorError) and err.code in FATAL and self.mutation != "reconnect-on-fatal":
+                return 3
+            if self.stopping.is_set():
+                break
+            ceiling = min(30.0, 0.5 * 2**failures)
+            delay = ceiling if self.mutation == "reconnect-no-jitter" else random.uniform(0, ceiling)
+            failures += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), delay)
+        return 0
+
+    async def _session_once(self) -> Any:
+        welcomed = False
+        try:
+            self.sess = await open_session(self.url, TransportOptions(token=self.token))
+            hello = pb.Hello(
+                queues={self.queue: 1},
+                concurrency=self.concurrency,
+                sdk_version="conveyor-conformance-raw/0.1.0",
+                batch_types=["conformance:batch"],
+            )
+            await self.sess.send(pb.WorkerMessage(hello=hello))
+            first = await self.sess.recv()
+            if first is None or first.WhichOneof("frame") != "welcome":
+                return None
+            welcomed = True
+            await self._serve(first.welcome.heartbeat_interval.ToNanoseconds() / 1e9)
+            return "welcomed"
+        except ConveyorError as exc:
+            return "welcomed" if welcomed and exc.code not in FATAL else exc
+        finally:
+            if self.sess is not None:
+                await self.sess.aclose()
+
+    async def _serve(self, interval: float) -> None:
+        beat = asyncio.ensure_future(self._heartbeats(interval))
+        reader = asyncio.ensure_future(self._read())
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({reader, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.done() and not reader.done():
+                await self._drain(reader)
+            else:
+                reader.result()
+        finally:
+            for t in (beat, reader, stop, *self.jobs.values()):
+                t.cancel()
+            await asyncio.gather(beat, reader, stop, *self.jobs.values(), return_exceptions=True)
+            self.jobs.clear()
+            self.inflight.clear()
+
+    async def _drain(self, reader: asyncio.Task[None]) -> None:
+        self.draining = True
+        if self.mutation == "no-close-on-shutdown":
+            os._exit(0)
+        jobs = list(self.jobs.values())
+        if jobs:
+            await asyncio.wait(jobs, timeout=10)
+        for task_id, job in list(self.jobs.items()):
+            job.cancel()
+            outcome = RETRY if self.mutation == "retry-on-drain" else RELEASED
+            await self._result(task_id, outcome, "worker draining")
+        for task_id in list(self.inflight):  # late dispatches never started
+            await self._result(task_id, RELEASED, "worker draining")
+        await self.sess.close_send()
+        with contextlib.suppress(asyncio.TimeoutError, ConveyorError):
+            await asyncio.wait_for(reader, 10)
+
+    async def _read(self) -> None:
+        while (msg := await self.sess.recv()) is not None:
+            kind = msg.WhichOneof("frame")
+            if kind == "dispatch":
+                self._start([msg.dispatch.task], msg.dispatch.deadline, batch=False)
+            elif kind == "batch_dispatch":
+                self._start(list(msg.batch_dispatch.tasks), msg.batch_dispatch.deadline, batch=True)
+            elif kind == "cancel" and self.mutation != "ignore-cancel":
+                job = self.jobs.get(msg.cancel.task_id)
+                if job is not None:
+                    job.cancel()
+            elif kind == "ping" and self.mutation == "crash-on-ping":
+                raise ConveyorError("unexpected Ping")
+
+    def _start(self, tasks: list[Any], deadline: Any, *, batch: bool) -> None:
+        ids = [t.id for t in tasks]
+        self.inflight.extend(ids)
+        if self.draining:
+            return  # late dispatch: heartbeat it, never start it
+        limit = deadline.ToNanoseconds() / 1e9 if deadline.ByteSize() else None
+        job = asyncio.ensure_future(self._job(tasks, limit, batch))
+        self.jobs[ids[0]] = job
+
+    async def _job(self, tasks: list[Any], deadline: float | None, batch: bool) -> None:
+        async with self.slots:
+            try:
+                outcomes = await self._execute(tasks, deadline)
+            except asyncio.CancelledError:
+                if self.draining:
+                    raise
+                outcomes = [(RETRY, "canceled", b"")] * len(tasks)
+            await self._report(tasks, outcomes, batch)
+            self.jobs.pop(tasks[0].id, None)
+
+    async def _execute(self, tasks: list[Any], deadline: float | None) -> list[tuple[int, str, bytes]]:
+        import time
+
+        kind = tasks[0].type
+        budget = None
+        if deadline is not None and self.mutation != "ignore-deadline":
+            budget = max(0.0, deadline - time.time())
+        try:
+            return await asyncio.wait_for(self._handle(kind, tasks), budget)
+        except TimeoutError:
+            return [(RETRY, "deadline exceeded", b"")] * len(tasks)
+
+    async def _handle(self, kind: str, tasks: list[Any]) -> list[tuple[int, str, bytes]]:
+        if kind in ("conformance:task", "conformance:batch"):
+            await asyncio.sleep(self.sleep)
+            return [(SUCCESS, "", b"")] * len(tasks)
+        if kind == "conformance:fail":
+            return [(SUCCESS if self.mutation == "exception-as-success" else RETRY, "handler raised", b"")]
+        if kind == "conformance:skip":
+            return [(SKIP, "permanent failure", b"")]
+        if kind == "conformance:json":
+            task = tasks[0]
+            if task.content_type not in ("", "application/json"):
+                return [(SKIP, f"no codec for content_type {task.content_type!r}", b"")]
+            value = json.loads(task.payload)
+            return [(SUCCESS, "", json.dumps(value, separators=(",", ":")).encode())]
+        return [(SKIP, f"no handler for {kind!r}", b"")]
+
+    async def _report(self, tasks: list[Any], outcomes: list[tuple[int, str, bytes]], batch: bool) -> None:
+        results = [
+            pb.Result(task_id=t.id, outcome=o, error_msg=e, result=r)  # type: ignore[arg-type]
+            for t, (o, e, r) in zip(tasks, outcomes, strict=True)
+        ]
+        for t in tasks:
+            with contextlib.suppress(ValueError):
+                self.inflight.remove(t.id)
+        if batch and self.mutation != "per-member-results":
+            await self.sess.send(pb.WorkerMessage(batch_result=pb.BatchResult(results=results)))
+        else:
+            for res in results:
+                await self.sess.send(pb.WorkerMessage(result=res))
+        if self.mutation == "sends-credit":
+            await self.sess.send(pb.WorkerMessage(credit=pb.Credit(n=1)))
+
+    async def _result(self, task_id: str, outcome: int, msg: str) -> None:
+        with contextlib.suppress(ValueError):
+            self.inflight.remove(task_id)
+        res = pb.Result(task_id=task_id, outcome=outcome, error_msg=msg)  # type: ignore[arg-type]
+        await self.sess.send(pb.WorkerMessage(result=res))
+
+    async def _heartbeats(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            if self.mutation == "no-heartbeat" or (
+                self.draining and self.mutation == "no-heartbeat-during-drain"
+            ):
+                continue
+            ids = list(self.inflight)
+            if self.mutation == "partial-heartbeat":
+                ids = ids[:1]
+            if ids:
+                await self.sess.send(pb.WorkerMessage(heartbeat=pb.Heartbeat(active_task_ids=ids)))
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    env = os.environ if env is None else env
+    if env.get("SCENARIO", "sleep") == "bad-hello":
+        return 2 if env.get("MUTATION") == "accept-bad-hello" else 1
+    return asyncio.run(RawWorker(env).run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
