@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from conveyor_sdk._protocol.actions import wire_outcome
 from conveyor_sdk._worker.executor import CancelReason, Outcome, OutcomeKind, TaskData
 
 __all__ = [
@@ -98,21 +99,13 @@ def cancelled_outcome() -> Outcome:
 def resolve_cancelled(outcome: Outcome, reason: CancelReason | None) -> Outcome:
     """Turn a ``cancelled=True`` outcome into what goes on the wire, by the core's cancel reason.
 
-    Non-cancelled outcomes pass through unchanged (a handler that finished despite a
-    cancel request reports its real outcome). ``UNSPECIFIED`` is never sent: it becomes
-    RELEASED (upstream servers end the session on an UNSPECIFIED outcome).
+    Non-cancelled outcomes pass through (a handler that finished despite a cancel
+    request reports its real outcome). ``UNSPECIFIED`` is never sent: it becomes
+    RELEASED (upstream servers end the session on an UNSPECIFIED outcome). Same
+    rules as the session machine (:func:`conveyor_sdk._protocol.actions.wire_outcome`).
     """
-    if not outcome.cancelled:
-        if outcome.kind is OutcomeKind.UNSPECIFIED:
-            return Outcome(OutcomeKind.RELEASED, error_msg=outcome.error_msg)
-        return outcome
-    if reason is CancelReason.DRAIN:
-        return Outcome(OutcomeKind.RELEASED, error_msg="worker draining")
-    if reason is CancelReason.DEADLINE:
-        return Outcome(OutcomeKind.RETRY, error_msg="deadline exceeded")
-    if reason is CancelReason.SERVER_CANCEL:
-        return Outcome(OutcomeKind.RETRY, error_msg="canceled by server")
-    return Outcome(OutcomeKind.RETRY, error_msg=outcome.error_msg or "canceled")
+    kind, error_msg, result = wire_outcome(outcome, reason)
+    return Outcome(kind, error_msg=error_msg, result=result)
 
 
 def _entry_outcome(entry: Any) -> Outcome:

@@ -1,0 +1,140 @@
+"""In-flight bookkeeping for the session machine: deliveries, job records, the parking lot.
+
+A *delivery* is what one server frame handed us: a single task (``Dispatch``) or a
+batch (``BatchDispatch``). It becomes one *job* that occupies one local concurrency
+slot while it runs. Deliveries that cannot start yet (slots full, the executor said
+no, or the worker is draining) are *parked*: listed in every Heartbeat, started later
+in queue-weight order (smooth weighted round-robin across queues).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk._protocol.types import CancelReason
+
+__all__ = ["Delivery", "JobRecord", "JobState", "ParkingLot", "delivery_from_envelopes"]
+
+
+def _ts(msg: object) -> float:
+    return float(msg.ToNanoseconds()) / 1e9  # type: ignore[attr-defined]
+
+
+def _min(values: list[float]) -> float | None:
+    return min(values) if values else None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One dispatched unit of work, exactly as the server handed it over."""
+
+    job_id: str
+    queue: str
+    type: str
+    tasks: tuple[tpb.TaskEnvelope, ...]
+    batch: bool  # arrived as BatchDispatch: answered with one BatchResult
+    group: str
+    received_at: float
+    dispatch_deadline: float | None  # Dispatch.deadline (lease-derived upstream; informational)
+    task_deadline: float | None  # tightest TaskOptions.deadline over the members
+    timeout: float | None  # tightest TaskOptions.timeout over the members
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(t.id for t in self.tasks)
+
+
+def delivery_from_envelopes(
+    tasks: tuple[tpb.TaskEnvelope, ...],
+    *,
+    batch: bool,
+    group: str,
+    now: float,
+    dispatch_deadline: float | None,
+) -> Delivery:
+    """Build a Delivery, extracting the task-owned time bounds from the members' options."""
+    deadlines = [_ts(t.options.deadline) for t in tasks if t.options.HasField("deadline")]
+    timeouts = [_ts(t.options.timeout) for t in tasks if t.options.HasField("timeout")]
+    first = tasks[0]
+    return Delivery(
+        job_id=f"batch:{first.id}" if batch else first.id,
+        queue=first.queue,
+        type=first.type,
+        tasks=tasks,
+        batch=batch,
+        group=group or first.options.group,
+        received_at=now,
+        dispatch_deadline=dispatch_deadline,
+        task_deadline=_min(deadlines),
+        timeout=_min([t for t in timeouts if t > 0]),
+    )
+
+
+class JobState(enum.Enum):
+    PARKED = "parked"
+    RUNNING = "running"
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """Mutable state of one job from delivery until its result is sent (or it is dropped)."""
+
+    delivery: Delivery
+    epoch: int  # connection number the delivery arrived on
+    state: JobState = JobState.PARKED
+    started_at: float | None = None
+    deadline: float | None = None  # task-owned bound fixed at start (deadline, start + timeout)
+    cancel_reason: CancelReason | None = None
+    orphaned: bool = False  # its stream died: the server released it; the outcome is discarded
+
+    def bound(self, lease_expiry: float) -> float:
+        """Effective deadline now: the task bound, or the (moving) lease expiry if sooner."""
+        return lease_expiry if self.deadline is None else min(self.deadline, lease_expiry)
+
+
+class ParkingLot:
+    """Per-queue FIFOs of parked job ids, drained by smooth weighted round-robin."""
+
+    def __init__(self, weights: Mapping[str, int]) -> None:
+        self._weights = dict(weights)
+        self._queues: dict[str, deque[str]] = {q: deque() for q in weights}
+        self._current: dict[str, int] = dict.fromkeys(weights, 0)
+
+    def park(self, queue: str, job_id: str) -> None:
+        if queue not in self._queues:  # a queue we did not declare: serve it with weight 1
+            self._weights[queue] = 1
+            self._queues[queue] = deque()
+            self._current[queue] = 0
+        self._queues[queue].append(job_id)
+
+    def remove(self, queue: str, job_id: str) -> None:
+        dq = self._queues.get(queue)
+        if dq is not None and job_id in dq:
+            dq.remove(job_id)
+
+    def pick(self, eligible: Callable[[str], bool]) -> str | None:
+        """Pop the next job id by SWRR over queues whose head job is eligible; None if none."""
+        candidates = [q for q, dq in self._queues.items() if dq and eligible(dq[0])]
+        if not candidates:
+            return None
+        total = 0
+        for q in candidates:
+            self._current[q] += self._weights[q]
+            total += self._weights[q]
+        best = max(candidates, key=lambda q: self._current[q])  # first declared wins ties
+        self._current[best] -= total
+        return self._queues[best].popleft()
+
+    def ids(self) -> list[str]:
+        return [jid for dq in self._queues.values() for jid in dq]
+
+    def clear(self) -> None:
+        for dq in self._queues.values():
+            dq.clear()
+
+    def __len__(self) -> int:
+        return sum(len(dq) for dq in self._queues.values())

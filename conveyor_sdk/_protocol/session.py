@@ -1,0 +1,501 @@
+"""Sans-I/O worker session machine (protocol §4, §5). No sockets, no clock, no asyncio.
+
+Rules this machine enforces (the caller does all I/O and timing):
+
+* Hello is the first frame of every stream; it is built from a :class:`SessionConfig`
+  that was validated before any connection.
+* The first server frame must be Welcome; anything else is a violation by the server
+  (transient: we reconnect). Heartbeat cadence comes from ``Welcome.heartbeat_interval``.
+* Every delivery (Dispatch or BatchDispatch) is a job that gets exactly one answer:
+  one Result, or one BatchResult holding one Result per member. A second result for a
+  job is refused (:class:`ProtocolError`). Jobs of a dead stream are dropped: the server
+  released them, so their outcomes are discarded and their executions cancelled.
+* At most ``concurrency`` jobs run at once (a batch is one job), whatever the server
+  sends (upstream grants ``concurrency`` credits per queue). Extra deliveries are parked,
+  heartbeated, and started in smooth weighted round-robin order across queues.
+* Every Heartbeat lists every in-flight id of the live stream: running, parked, batch
+  members. Our own heartbeats move the lease part of each job's deadline; the task-owned
+  bounds (``TaskOptions.deadline``, start + ``timeout``) do not move. ``Dispatch.deadline``
+  is NOT enforced as-is: upstream derives it from the lease at dispatch time and never
+  moves it, so a long task would be cancelled despite heartbeating.
+* Cancel -> cancel that job (SERVER_CANCEL); a parked job is answered RETRY at once.
+  Ping is tolerated without reply. Unknown frame kinds are ignored.
+* Drain: start nothing new; park (and heartbeat) late deliveries; at the grace deadline
+  cancel running jobs with DRAIN (they report RELEASED) and release parked ones; when
+  nothing is left in flight, half-close.
+* Stream end: unauthenticated / permission_denied / invalid_argument -> Stop(error);
+  anything else -> Reconnect(full-jitter delay); the counter resets on Welcome.
+
+Transitions on server frames are a table (``_FRAME_TABLE``): (phase, frame kind) -> handler.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._protocol.actions import (
+    MISSING_OUTCOME,
+    Abort,
+    Action,
+    Cancel,
+    CloseSend,
+    Notice,
+    OutcomeLike,
+    PlainOutcome,
+    Reconnect,
+    Send,
+    SessionStatistics,
+    Start,
+    Stop,
+    wire_outcome,
+)
+from conveyor_sdk._protocol.backoff import Backoff, is_fatal
+from conveyor_sdk._protocol.hello import SessionConfig
+from conveyor_sdk._protocol.inflight import Delivery, JobRecord, JobState, ParkingLot, delivery_from_envelopes
+from conveyor_sdk._protocol.types import CancelReason, OutcomeKind
+from conveyor_sdk.errors import ConveyorError, ProtocolError, Unavailable
+
+__all__ = [
+    "Abort",
+    "Action",
+    "Cancel",
+    "CloseSend",
+    "Delivery",
+    "Notice",
+    "OutcomeLike",
+    "Phase",
+    "Reconnect",
+    "Send",
+    "SessionStatistics",
+    "Start",
+    "Stop",
+    "WorkerSession",
+    "wire_outcome",
+]
+
+DEFAULT_LEASE_TTL = 60.0
+
+
+class Phase(enum.Enum):
+    IDLE = "idle"  # no stream (before the first connect, or waiting to reconnect)
+    AWAITING_WELCOME = "awaiting-welcome"
+    OPEN = "open"
+    CLOSING = "closing"  # our request side is closed; waiting for the server's end
+    STOPPED = "stopped"
+
+
+def _always(_: Delivery) -> bool:
+    return True
+
+
+CanStart = Callable[[Delivery], bool]
+
+
+class WorkerSession:
+    """The worker's protocol state across reconnects. Feed it frames and times; run its actions."""
+
+    def __init__(
+        self,
+        config: SessionConfig,
+        *,
+        backoff: Backoff | None = None,
+        progress_interval: float = 1.0,
+        welcome_timeout: float = 30.0,
+    ) -> None:
+        self.config = config
+        self.backoff = backoff or Backoff()
+        self.progress_interval = progress_interval
+        self.welcome_timeout = welcome_timeout
+        self.phase = Phase.IDLE
+        self.draining = False
+        self.epoch = 0
+        self.session_id = ""
+        self.server_version = ""
+        self.lease_ttl = DEFAULT_LEASE_TTL
+        self.heartbeat_interval = DEFAULT_LEASE_TTL / 3
+        self._jobs: dict[str, JobRecord] = {}
+        self._task_index: dict[str, str] = {}  # task id -> job id (live stream only)
+        self._lot = ParkingLot(config.queues)
+        self._running = 0
+        self._welcome_deadline: float | None = None
+        self._next_heartbeat: float | None = None
+        self._last_heartbeat = 0.0
+        self._grace_deadline: float | None = None
+        self._progress_sent: dict[str, float] = {}
+        self._progress_pending: dict[str, tuple[int, str]] = {}
+        self._counts: Counter[str] = Counter()
+
+    # -- queries ------------------------------------------------------------------------
+    @property
+    def running(self) -> int:
+        """Jobs executing now (including cancelled ones still unwinding)."""
+        return self._running
+
+    @property
+    def parked(self) -> int:
+        return len(self._lot)
+
+    def in_flight_ids(self) -> list[str]:
+        """Task ids the live stream must heartbeat (running, parked, batch members)."""
+        return list(self._task_index)
+
+    def job(self, job_id: str) -> JobRecord | None:
+        return self._jobs.get(job_id)
+
+    def statistics(self) -> SessionStatistics:
+        c = self._counts
+        return SessionStatistics(
+            phase=self.phase.value,
+            draining=self.draining,
+            session_id=self.session_id,
+            server_version=self.server_version,
+            connections=c["connections"],
+            running=self._running,
+            parked=len(self._lot),
+            in_flight_ids=len(self._task_index),
+            deliveries=c["deliveries"],
+            batches=c["batches"],
+            results={k.name: c[k.name] for k in OutcomeKind if c[k.name]},
+            heartbeats=c["heartbeats"],
+            progress_sent=c["progress"],
+            dropped_on_disconnect=c["dropped"],
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<WorkerSession {self.phase.value}{' draining' if self.draining else ''} "
+            f"running={self._running}/{self.config.concurrency} parked={len(self._lot)} "
+            f"session={self.session_id or '-'}>"
+        )
+
+    def next_deadline(self) -> float | None:
+        """Earliest time :meth:`tick` has work to do (None = only on events)."""
+        if self.phase is Phase.AWAITING_WELCOME:
+            return self._welcome_deadline
+        if self.phase is not Phase.OPEN:
+            return None
+        cands = [self._next_heartbeat] if self._next_heartbeat is not None else []
+        for rec in self._live_records():
+            if rec.state is JobState.RUNNING and rec.cancel_reason is None:
+                cands.append(rec.bound(self._lease_expiry(rec)))
+            elif rec.state is JobState.PARKED and rec.delivery.task_deadline is not None:
+                cands.append(rec.delivery.task_deadline)
+        cands.extend(self._progress_sent[t] + self.progress_interval for t in self._progress_pending)
+        if self.draining and self._grace_deadline is not None and self._task_index:
+            cands.append(self._grace_deadline)
+        return min(cands) if cands else None
+
+    # -- connection lifecycle ---------------------------------------------------------------
+    def connect(self, now: float) -> list[Action]:
+        """A new stream is open: send Hello and wait for Welcome."""
+        if self.phase is not Phase.IDLE:
+            raise ProtocolError(f"connect() while {self.phase.value}")
+        self.phase = Phase.AWAITING_WELCOME
+        self.epoch += 1
+        self._counts["connections"] += 1
+        self._welcome_deadline = now + self.welcome_timeout
+        return [Send(self.config.hello())]
+
+    def connection_lost(self, error: ConveyorError | None, now: float) -> list[Action]:
+        """The stream ended (``error`` None = clean end). Drops its jobs; decides what next."""
+        actions: list[Action] = []
+        closing = self.phase is Phase.CLOSING
+        for rec in self._live_records():
+            actions.extend(self._orphan(rec))
+        self._lot.clear()
+        self._task_index.clear()
+        self._progress_pending.clear()
+        self._progress_sent.clear()
+        self._next_heartbeat = self._welcome_deadline = None
+        if self.phase is Phase.STOPPED:
+            return actions
+        if closing or self.draining:
+            self.phase = Phase.STOPPED
+            actions.append(Stop(None))
+        elif is_fatal(error):
+            self.phase = Phase.STOPPED
+            actions.append(Stop(error))
+        else:
+            self.phase = Phase.IDLE
+            actions.append(Reconnect(self.backoff.next_delay()))
+        return actions
+
+    def _orphan(self, rec: JobRecord) -> list[Action]:
+        self._counts["dropped"] += 1
+        if rec.state is JobState.PARKED:
+            del self._jobs[rec.delivery.job_id]
+            return []
+        rec.orphaned = True
+        if rec.cancel_reason is not None:
+            return []
+        rec.cancel_reason = CancelReason.SERVER_CANCEL  # the server released it with the stream
+        return [Cancel(rec.delivery.job_id, CancelReason.SERVER_CANCEL)]
+
+    # -- server frames ------------------------------------------------------------------------
+    def receive(self, msg: pb.ServerMessage, now: float, can_start: CanStart = _always) -> list[Action]:
+        """Feed one server frame."""
+        kind = msg.WhichOneof("frame")
+        if kind is None:
+            return [Notice("ignored an empty or unknown server frame")]
+        handler = _FRAME_TABLE.get((self.phase, kind))
+        if handler is None:
+            return []  # e.g. frames after our half-close, or on a stopped machine
+        return handler(self, msg, now, can_start)
+
+    def _on_early_frame(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
+        err = ProtocolError(
+            f"server sent {msg.WhichOneof('frame')} before Welcome", details={"peer_violation": True}
+        )
+        return [Abort(err)]
+
+    def _on_welcome(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
+        w = msg.welcome
+        self.phase = Phase.OPEN
+        self.backoff.reset()
+        self.session_id = w.session_id
+        self.server_version = w.server_version
+        ttl = w.lease_ttl.ToNanoseconds() / 1e9 if w.HasField("lease_ttl") else 0.0
+        self.lease_ttl = ttl if ttl > 0 else DEFAULT_LEASE_TTL
+        hb = w.heartbeat_interval.ToNanoseconds() / 1e9 if w.HasField("heartbeat_interval") else 0.0
+        self.heartbeat_interval = hb if hb > 0 else self.lease_ttl / 3
+        self._welcome_deadline = None
+        self._last_heartbeat = now
+        self._next_heartbeat = now + self.heartbeat_interval
+        return self._maybe_close()
+
+    def _on_duplicate_welcome(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
+        return [Notice("ignored a second Welcome")]
+
+    def _on_ping(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
+        return []
+
+    def _on_dispatch(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
+        d = msg.dispatch
+        if not d.HasField("task") or not d.task.id:
+            return [Notice("ignored a Dispatch without a task id")]
+        if d.task.id in self._task_index:
+            return [Notice(f"ignored a duplicate Dispatch of in-flight task {d.task.id}")]
+        deadline = d.deadline.ToNanoseconds() / 1e9 if d.HasField("deadline") else None
+        delivery = delivery_from_envelopes(
+            (d.task,), batch=False, group="", now=now, dispatch_deadline=deadline
+        )
+        return self._accept(delivery, now, can_start)
+
+    def _on_batch_dispatch(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
+        b = msg.batch_dispatch
+        tasks = tuple(t for t in b.tasks if t.id and t.id not in self._task_index)
+        if len(tasks) != len(b.tasks) or len({t.id for t in tasks}) != len(tasks):
+            return [Notice("ignored a BatchDispatch with empty, duplicate or in-flight member ids")]
+        if not tasks:
+            return [Notice("ignored an empty BatchDispatch")]
+        deadline = b.deadline.ToNanoseconds() / 1e9 if b.HasField("deadline") else None
+        delivery = delivery_from_envelopes(
+            tasks, batch=True, group=b.group, now=now, dispatch_deadline=deadline
+        )
+        self._counts["batches"] += 1
+        return self._accept(delivery, now, can_start)
+
+    def _accept(self, delivery: Delivery, now: float, can_start: CanStart) -> list[Action]:
+        if delivery.job_id in self._jobs:  # an orphaned run of the same job is still unwinding
+            return [Notice(f"ignored a delivery of {delivery.job_id} while its previous run unwinds")]
+        self._counts["deliveries"] += 1
+        self._jobs[delivery.job_id] = JobRecord(delivery, self.epoch)
+        for tid in delivery.ids:
+            self._task_index[tid] = delivery.job_id
+        self._lot.park(delivery.queue, delivery.job_id)
+        return self._fill(now, can_start)
+
+    def _on_cancel(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
+        job_id = self._task_index.get(msg.cancel.task_id)
+        rec = self._jobs.get(job_id) if job_id else None
+        if rec is None:
+            return []
+        if rec.state is JobState.PARKED:
+            return self._answer_parked(rec, OutcomeKind.RETRY, "canceled by server")
+        if rec.cancel_reason is not None:
+            return []
+        rec.cancel_reason = CancelReason.SERVER_CANCEL
+        return [Cancel(rec.delivery.job_id, CancelReason.SERVER_CANCEL)]
+
+    # -- local events ----------------------------------------------------------------------------
+    def job_finished(
+        self, job_id: str, outcomes: Sequence[OutcomeLike], now: float, can_start: CanStart = _always
+    ) -> list[Action]:
+        """A started job ended; ``outcomes`` has one entry per task, in delivery order."""
+        rec = self._jobs.get(job_id)
+        if rec is None or rec.state is not JobState.RUNNING:
+            raise ProtocolError(f"job {job_id!r} is not running: its result was already reported or dropped")
+        del self._jobs[job_id]
+        self._running -= 1
+        actions: list[Action] = []
+        if not rec.orphaned:
+            padded = [*outcomes[: len(rec.delivery.tasks)]]
+            padded += [MISSING_OUTCOME] * (len(rec.delivery.tasks) - len(padded))
+            actions.append(self._result_frame(rec, padded))
+        return actions + self._fill(now, can_start) + self._maybe_close()
+
+    def capacity_changed(self, now: float, can_start: CanStart = _always) -> list[Action]:
+        """The executor freed capacity (its wakeup callback): try to start parked jobs."""
+        return self._fill(now, can_start)
+
+    def progress(self, task_id: str, percent: int, message: str, now: float) -> list[Action]:
+        """Record progress; sends at most one Progress per task per interval (last value wins)."""
+        if self.phase is not Phase.OPEN or task_id not in self._task_index:
+            return []
+        last = self._progress_sent.get(task_id)
+        if last is not None and now - last < self.progress_interval:
+            self._progress_pending[task_id] = (percent, message)
+            return []
+        self._progress_pending.pop(task_id, None)
+        return [self._progress_frame(task_id, percent, message, now)]
+
+    def drain(self, now: float, grace: float) -> list[Action]:
+        """Start (or tighten) a drain; ``grace`` 0 releases everything at once."""
+        self.draining = True
+        deadline = now + max(0.0, grace)
+        if self._grace_deadline is None or deadline < self._grace_deadline:
+            self._grace_deadline = deadline
+        if self.phase is Phase.IDLE:
+            self.phase = Phase.STOPPED
+            return [Stop(None)]
+        if self.phase is Phase.AWAITING_WELCOME:
+            self.phase = Phase.CLOSING
+            return [CloseSend()]
+        return self.tick(now)
+
+    def tick(self, now: float, can_start: CanStart = _always) -> list[Action]:
+        """Do whatever is due at ``now`` (heartbeats, deadlines, progress, drain grace)."""
+        if self.phase is Phase.AWAITING_WELCOME:
+            if self._welcome_deadline is not None and now >= self._welcome_deadline:
+                self._welcome_deadline = None
+                return [Abort(Unavailable(f"no Welcome within {self.welcome_timeout:g}s"))]
+            return []
+        if self.phase is not Phase.OPEN:
+            return []
+        actions = self._heartbeat_if_due(now)
+        actions += self._enforce_deadlines(now)
+        actions += self._flush_progress(now)
+        if self.draining and self._grace_deadline is not None and now >= self._grace_deadline:
+            actions += self._release_all()
+        return actions + self._fill(now, can_start) + self._maybe_close()
+
+    # -- internals -----------------------------------------------------------------------------------
+    def _live_records(self) -> list[JobRecord]:
+        return [r for r in self._jobs.values() if r.epoch == self.epoch and not r.orphaned]
+
+    def _lease_expiry(self, rec: JobRecord) -> float:
+        return max(rec.delivery.received_at, self._last_heartbeat) + self.lease_ttl
+
+    def _heartbeat_if_due(self, now: float) -> list[Action]:
+        if self._next_heartbeat is None or now < self._next_heartbeat:
+            return []
+        msg = pb.WorkerMessage()
+        msg.heartbeat.active_task_ids.extend(self._task_index)
+        self._last_heartbeat = now
+        self._next_heartbeat = now + self.heartbeat_interval
+        self._counts["heartbeats"] += 1
+        return [Send(msg)]
+
+    def _enforce_deadlines(self, now: float) -> list[Action]:
+        actions: list[Action] = []
+        for rec in self._live_records():
+            if rec.state is JobState.RUNNING:
+                if rec.cancel_reason is None and now >= rec.bound(self._lease_expiry(rec)):
+                    rec.cancel_reason = CancelReason.DEADLINE
+                    actions.append(Cancel(rec.delivery.job_id, CancelReason.DEADLINE))
+            elif rec.delivery.task_deadline is not None and now >= rec.delivery.task_deadline:
+                actions += self._answer_parked(rec, OutcomeKind.RETRY, "deadline exceeded")
+        return actions
+
+    def _release_all(self) -> list[Action]:
+        actions: list[Action] = []
+        for rec in self._live_records():
+            if rec.state is JobState.PARKED:
+                actions += self._answer_parked(rec, OutcomeKind.RELEASED, "worker draining")
+            elif rec.cancel_reason is None:
+                rec.cancel_reason = CancelReason.DRAIN
+                actions.append(Cancel(rec.delivery.job_id, CancelReason.DRAIN))
+        return actions
+
+    def _fill(self, now: float, can_start: CanStart) -> list[Action]:
+        actions: list[Action] = []
+        if self.draining or self.phase is not Phase.OPEN:
+            return actions
+        while self._running < self.config.concurrency:
+            job_id = self._lot.pick(lambda jid: can_start(self._jobs[jid].delivery))
+            if job_id is None:
+                break
+            rec = self._jobs[job_id]
+            d = rec.delivery
+            if d.task_deadline is not None and now >= d.task_deadline:
+                actions += self._answer_parked(rec, OutcomeKind.RETRY, "deadline exceeded")
+                continue
+            started = None if d.timeout is None else now + d.timeout
+            bounds = [b for b in (d.task_deadline, started) if b is not None]
+            rec.state, rec.started_at = JobState.RUNNING, now
+            rec.deadline = min(bounds) if bounds else None
+            self._running += 1
+            actions.append(Start(d, rec.deadline))
+        return actions
+
+    def _maybe_close(self) -> list[Action]:
+        if self.draining and self.phase is Phase.OPEN and not self._task_index:
+            self.phase = Phase.CLOSING
+            return [CloseSend()]
+        return []
+
+    def _answer_parked(self, rec: JobRecord, kind: OutcomeKind, error_msg: str) -> list[Action]:
+        self._lot.remove(rec.delivery.queue, rec.delivery.job_id)
+        del self._jobs[rec.delivery.job_id]
+        plain = PlainOutcome(kind, error_msg)
+        return [self._result_frame(rec, [plain] * len(rec.delivery.tasks))]
+
+    def _result_frame(self, rec: JobRecord, outcomes: Sequence[OutcomeLike]) -> Send:
+        msg = pb.WorkerMessage()
+        results = []
+        for task, outcome in zip(rec.delivery.tasks, outcomes, strict=True):
+            kind, error_msg, result = wire_outcome(outcome, rec.cancel_reason)
+            res = pb.Result(task_id=task.id, error_msg=error_msg, result=result)
+            res.outcome = int(kind)  # type: ignore[assignment]  # enum fields accept their numbers
+            results.append(res)
+            self._counts[kind.name] += 1
+            self._task_index.pop(task.id, None)
+            self._progress_pending.pop(task.id, None)
+            self._progress_sent.pop(task.id, None)
+        if rec.delivery.batch:
+            msg.batch_result.results.extend(results)
+        else:
+            msg.result.CopyFrom(results[0])
+        return Send(msg)
+
+    def _progress_frame(self, task_id: str, percent: int, message: str, now: float) -> Send:
+        self._progress_sent[task_id] = now
+        self._counts["progress"] += 1
+        msg = pb.WorkerMessage()
+        msg.progress.task_id = task_id
+        msg.progress.percent = max(0, min(100, percent))
+        msg.progress.message = message
+        return Send(msg)
+
+    def _flush_progress(self, now: float) -> list[Action]:
+        due = [t for t in self._progress_pending if now - self._progress_sent[t] >= self.progress_interval]
+        return [self._progress_frame(t, *self._progress_pending.pop(t), now) for t in due]
+
+
+_Handler = Callable[[WorkerSession, pb.ServerMessage, float, CanStart], list[Action]]
+_FRAME_TABLE: dict[tuple[Phase, str], _Handler] = {
+    **{
+        (Phase.AWAITING_WELCOME, k): WorkerSession._on_early_frame
+        for k in ("dispatch", "cancel", "batch_dispatch")
+    },
+    (Phase.AWAITING_WELCOME, "ping"): WorkerSession._on_ping,
+    (Phase.AWAITING_WELCOME, "welcome"): WorkerSession._on_welcome,
+    (Phase.OPEN, "welcome"): WorkerSession._on_duplicate_welcome,
+    (Phase.OPEN, "dispatch"): WorkerSession._on_dispatch,
+    (Phase.OPEN, "batch_dispatch"): WorkerSession._on_batch_dispatch,
+    (Phase.OPEN, "cancel"): WorkerSession._on_cancel,
+    (Phase.OPEN, "ping"): WorkerSession._on_ping,
+}
