@@ -251,6 +251,12 @@ class ProcessExecutor:
             self._tick.cancel()
             self._tick = None
 
+    def abort(self, why: str) -> None:
+        """Fast stop: kill every child now; their jobs are RELEASED (no retry burned)."""
+        self._closing = True
+        for child in self.children():
+            child.kill(f"killed: {why}")
+
     async def _stop_children(self, children: list[ChildProc]) -> None:
         for child in children:
             if child.state is not ChildState.DEAD:

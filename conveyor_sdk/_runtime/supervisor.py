@@ -1,0 +1,289 @@
+"""The supervisor: one session (the worker core's Worker) + a ProcessExecutor + signals.
+
+Order of start-up (why: children are plain ``fork+exec`` interpreters, but we still
+start them before anything else so no connection or thread exists when they fork):
+
+1. import the app in the supervisor (the Worker needs its types and batch types);
+2. spawn every child (they import the app and announce ``Ready``);
+3. start the embedded server when no ``--server`` was given;
+4. run the event loop: metrics endpoint, live view / logs, reload watcher, the
+   demo producer, and the Worker with ``executor=`` the process executor.
+
+Signals: SIGTERM/SIGINT -> drain (finish or release in-flight tasks within
+``--grace``, heartbeats continue); a second one -> fast release and exit.
+SIGHUP -> graceful reload (fresh children take new work, old ones finish theirs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from conveyor_sdk._runtime.embedded import EmbeddedServer
+from conveyor_sdk._runtime.executor import ExecutorOptions, ProcessExecutor, RuntimeFailure
+from conveyor_sdk._runtime.metrics import Metrics, MetricsServer
+from conveyor_sdk._runtime.pools import PoolSpec, plan_pools
+from conveyor_sdk._runtime.proc import ChildArgs
+from conveyor_sdk._runtime.reload import app_directory, watch
+from conveyor_sdk._worker.registry import Registry
+from conveyor_sdk.errors import ConveyorError
+
+__all__ = [
+    "EXIT_CHILDREN",
+    "EXIT_CONFIG",
+    "EXIT_OK",
+    "EXIT_SERVER",
+    "EXIT_SESSION",
+    "Supervisor",
+    "SupervisorConfig",
+]
+
+log = logging.getLogger("conveyor.runtime")
+
+EXIT_OK = 0
+EXIT_CONFIG = 1
+EXIT_CHILDREN = 5  # children cannot load the app / keep dying at start-up
+EXIT_SESSION = 6  # fatal session error (unauthenticated, permission denied, protocol error)
+EXIT_SERVER = 7  # the embedded server did not start
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorConfig:
+    """Everything ``conveyor worker`` decided from its flags."""
+
+    app: str
+    queues: dict[str, int]
+    concurrency: int
+    processes: int
+    server: str | None = None
+    token: str | None = None
+    pools: tuple[PoolSpec, ...] = ()
+    grace: float = 30.0
+    max_tasks_per_child: int = 0
+    max_memory_mb: int = 0
+    reload: bool = False
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    log_format: str = "text"
+    demo: bool = False
+    live: bool = False
+    kill_grace: float = 2.0
+    hung_after: float = 10.0
+    beat: float = 1.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Supervisor:
+    """Runs the whole worker runtime; :meth:`run` returns the process exit code."""
+
+    def __init__(self, config: SupervisorConfig, registry: Registry, module_file: str | None = None) -> None:
+        self.config = config
+        self.registry = registry
+        self.module_file = module_file
+        self.metrics = Metrics()
+        self.executor: ProcessExecutor | None = None
+        self.embedded: EmbeddedServer | None = None
+        self.server_url = config.server or ""
+        self.worker: Any = None
+        self.exit_code = EXIT_OK
+        self._signals = 0
+        self._stopped: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # -- synchronous preparation (before the loop, threads or sockets) ----------------
+    def prepare(self) -> None:
+        """Spawn children, then the embedded server. Raises EmbeddedServerError."""
+        cfg = self.config
+        if cfg.processes > 0:
+            per_child = max(1, -(-cfg.concurrency // cfg.processes))
+            pools = plan_pools(cfg.processes, list(cfg.queues), cfg.pools)
+            options = ExecutorOptions(
+                kill_grace=cfg.kill_grace,
+                hung_after=cfg.hung_after,
+                max_tasks_per_child=cfg.max_tasks_per_child,
+                max_memory_mb=cfg.max_memory_mb,
+                weights=tuple(cfg.queues.items()),
+            )
+            args = ChildArgs(app=cfg.app, capacity=per_child, beat=cfg.beat, log_format=cfg.log_format)
+            self.executor = ProcessExecutor(args, pools, options, self.metrics)
+            self.executor.spawn()
+            log.info(
+                "started %d child processes (%s), %d slots each",
+                sum(p.processes for p in pools),
+                ", ".join(f"{p.name}: {'+'.join(p.queues)} x{p.processes}" for p in pools),
+                per_child,
+            )
+        if not cfg.server:
+            self.embedded = EmbeddedServer()
+            self.server_url = self.embedded.start()
+            print(f"embedded server listening on {self.server_url}", file=sys.stderr, flush=True)
+
+    # -- the loop ----------------------------------------------------------------------
+    async def run(self) -> int:
+        """Serve until drained or failed; returns the exit code."""
+        self._stopped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_stop_signal, sig)
+        loop.add_signal_handler(signal.SIGHUP, self._on_reload_signal)
+        if self.executor is not None:
+            self.executor.on_failure = self._on_runtime_failure
+        metrics_server = await self._start_metrics()
+        try:
+            self.worker = self._make_worker()
+            self._start_side_tasks()
+            await self._run_worker()
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self.executor is not None:
+                await self.executor.close(0)
+            if metrics_server is not None:
+                await metrics_server.close()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+        return self.exit_code
+
+    def shutdown(self) -> None:
+        """After the loop: kill any child still alive, stop the embedded server."""
+        if self.executor is not None:
+            for child in self.executor.children():
+                if child.popen is not None and child.popen.poll() is None:
+                    child.popen.kill()
+                    child.popen.wait(5)
+        if self.embedded is not None:
+            self.embedded.stop()
+
+    def _make_worker(self) -> Any:
+        from conveyor_sdk.worker import Worker
+
+        cfg = self.config
+        return Worker(
+            self.server_url,
+            queues=dict(cfg.queues),
+            concurrency=cfg.concurrency,
+            token=cfg.token,
+            grace=cfg.grace,
+            executor=self.executor,
+        )
+
+    async def _run_worker(self) -> None:
+        run = asyncio.create_task(self.worker.run(self.registry), name="conveyor-worker")
+        try:
+            await run
+        except RuntimeFailure as exc:
+            log.error("%s", exc)
+            self.exit_code = EXIT_CHILDREN
+        except ConveyorError as exc:
+            log.error("session failed: %s: %s", exc.code.connect_name, exc.message)
+            self.exit_code = EXIT_SESSION
+
+    def _start_side_tasks(self) -> None:
+        cfg = self.config
+        if cfg.reload and self.executor is not None:
+            root = app_directory(self.module_file)
+            self._spawn(watch(root, self._reload_for_files))
+        if cfg.demo:
+            self._spawn(self._demo())
+        if cfg.live:
+            from conveyor_sdk._runtime.live import run_live
+
+            self._spawn(run_live(self))
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        async def guarded() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # isolation point: a side task never takes the worker down
+                log.exception("background task failed")
+
+        self._tasks.append(asyncio.create_task(guarded()))
+
+    async def _reload_for_files(self, files: list[str]) -> None:
+        await self.reload()
+
+    async def reload(self) -> None:
+        """Graceful reload: fresh children first, then retire the old ones."""
+        if self.executor is None:
+            log.warning("reload needs --processes >= 1; ignored")
+            return
+        await self.executor.reload()
+
+    async def _demo(self) -> None:
+        import importlib
+
+        from conveyor_sdk.client import Client
+
+        module = importlib.import_module(self.config.app.partition(":")[0])
+        producer: Callable[[Any], Awaitable[None]] | None = getattr(module, "demo", None)
+        if producer is None:
+            log.warning("--demo: module %s has no demo(client) function", module.__name__)
+            return
+        async with Client(self.server_url, token=self.config.token) as client:
+            log.info("demo producer running")
+            await producer(client)
+
+    async def _start_metrics(self) -> MetricsServer | None:
+        if self.config.metrics_port is None:
+            return None
+        server = MetricsServer(
+            lambda: self.metrics.render(self._children_alive()),
+            self._health,
+            host=self.config.metrics_host,
+            port=self.config.metrics_port,
+        )
+        port = await server.start()
+        log.info("metrics on http://%s:%d/metrics (health: /healthz)", self.config.metrics_host, port)
+        print(f"metrics listening on http://{self.config.metrics_host}:{port}", file=sys.stderr, flush=True)
+        return server
+
+    def _children_alive(self) -> int:
+        if self.executor is None:
+            return 0
+        return sum(1 for c in self.executor.children() if c.state.value in ("ready", "retiring"))
+
+    def _health(self) -> tuple[bool, str]:
+        if self.executor is not None:
+            if self.executor.failure is not None:
+                return False, f"failed: {self.executor.failure}"
+            ready = sum(1 for c in self.executor.children() if c.state.value == "ready")
+            if ready == 0:
+                return False, "no child process ready"
+        if self._signals:
+            return False, "draining"
+        return True, "ok"
+
+    # -- signals -----------------------------------------------------------------------
+    def _on_stop_signal(self, sig: signal.Signals) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.info("%s: draining (grace %.0fs); send it again to stop at once", sig.name, self.config.grace)
+            self._stop_worker(fast=False)
+        else:
+            log.warning("%s again: releasing in-flight tasks and exiting now", sig.name)
+            self._stop_worker(fast=True)
+
+    def _on_reload_signal(self) -> None:
+        log.info("SIGHUP: reloading")
+        self._spawn(self.reload())
+
+    def _on_runtime_failure(self, failure: RuntimeFailure) -> None:
+        self.exit_code = EXIT_CHILDREN
+        self._stop_worker(fast=True)
+
+    def _stop_worker(self, *, fast: bool) -> None:
+        if self.worker is None:
+            return
+        if fast and self.executor is not None:
+            self.executor.abort("fast shutdown")
+        with contextlib.suppress(Exception):
+            self.worker.stop(grace=0.0 if fast else self.config.grace)

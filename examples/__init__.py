@@ -1,0 +1,1 @@
+"""Example apps: ``conveyor worker examples.hello:app --demo``."""
