@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
-
 from rich.markup import escape
 
 from conveyor_cli import _common
