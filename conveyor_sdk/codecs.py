@@ -63,6 +63,9 @@ PROTOBUF = "application/x-protobuf"
 class CodecError(InvalidArgument, ValueError):
     """A payload could not be encoded or decoded (also a ValueError)."""
 
+    def __str__(self) -> str:
+        return self.message
+
 
 class UnknownContentType(CodecError):
     """No codec is registered for a content_type."""

@@ -44,6 +44,9 @@ QUEUE_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 class ValidationError(InvalidArgument, ValueError):
     """An option the server would reject, caught before any network call."""
 
+    def __str__(self) -> str:
+        return self.message
+
 
 class EnqueueOptions(TypedDict, total=False):
     """Every per-task enqueue option (protocol §6.1), all optional and keyword-only."""

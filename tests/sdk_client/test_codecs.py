@@ -1,0 +1,170 @@
+"""Payload codecs: Go-compatible JSON bytes, octet-stream, protobuf, registry and typed decoding."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypedDict
+
+import msgspec
+import pytest
+
+from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk.codecs import (
+    JSON,
+    OCTET_STREAM,
+    PROTOBUF,
+    CodecError,
+    CodecRegistry,
+    JSONCodec,
+    PayloadDecodeError,
+    UnknownContentType,
+    normalize_content_type,
+)
+from conveyor_sdk.errors import InvalidArgument
+from conveyor_sdk.types import TaskInfo, TaskState
+
+
+class Welcome(msgspec.Struct):
+    user_id: int
+    name: str = ""
+
+
+@dataclasses.dataclass
+class Point:
+    y: int
+    x: int
+
+
+class Movie(TypedDict):
+    title: str
+    year: int
+
+
+# Bytes produced by Go's encoding/json (json.Marshal) for the same values.
+GO_VECTORS: list[tuple[Any, bytes]] = [
+    ({"b": 1, "a": [1, 2], "c": None}, b'{"a":[1,2],"b":1,"c":null}'),  # map keys sorted
+    ({"html": "<a href='x'>&</a>"}, b'{"html":"\\u003ca href=\'x\'\\u003e\\u0026\\u003c/a\\u003e"}'),
+    ("line\u2028sep\u2029", b'"line\\u2028sep\\u2029"'),
+    ("héllo ✓", '"héllo ✓"'.encode()),  # non-ASCII stays raw UTF-8
+    ("tab\tnl\nquote\"back\\", b'"tab\\tnl\\nquote\\"back\\\\"'),
+    (True, b"true"),
+    (-12345678901234, b"-12345678901234"),
+    (0.5, b"0.5"),
+    (b"hi", b'"aGk="'),  # []byte is base64 (std, padded)
+    ([], b"[]"),
+    ({}, b"{}"),
+]
+
+
+@pytest.mark.parametrize(("value", "go_bytes"), GO_VECTORS)
+def test_json_matches_go_encoding(value: Any, go_bytes: bytes) -> None:
+    """Ordinary values encode to the same bytes as Go's encoding/json."""
+    assert JSONCodec().encode(value) == go_bytes
+
+
+def test_struct_fields_keep_declaration_order_like_go_structs() -> None:
+    """Struct/dataclass fields are not sorted (Go keeps struct field order too)."""
+    assert JSONCodec().encode(Point(y=1, x=2)) == b'{"y":1,"x":2}'
+    assert JSONCodec().encode(Welcome(user_id=7)) == b'{"user_id":7,"name":""}'
+
+
+def test_html_escape_can_be_turned_off() -> None:
+    """html_escape=False keeps <, >, & raw (valid JSON, not Go's default bytes)."""
+    assert JSONCodec(html_escape=False).encode("<&>") == b'"<&>"'
+
+
+def test_documented_float_difference() -> None:
+    """Integral floats differ from Go (1.0 vs 1) but decode to equal values."""
+    codec = JSONCodec()
+    assert codec.encode(1.0) == b"1.0"
+    assert codec.decode(b"1", float) == codec.decode(codec.encode(1.0), float) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("type_", "data", "expected"),
+    [
+        (Welcome, b'{"user_id":42}', Welcome(user_id=42)),
+        (Point, b'{"x":1,"y":2}', Point(y=2, x=1)),
+        (Movie, b'{"title":"Heat","year":1995}', {"title": "Heat", "year": 1995}),
+        (list[int], b"[1,2,3]", [1, 2, 3]),
+        (Any, b'{"a":[1,"x"]}', {"a": [1, "x"]}),
+        (Any, b"", None),
+    ],
+)
+def test_json_typed_decoding(type_: Any, data: bytes, expected: Any) -> None:
+    """Structs, dataclasses, TypedDicts and plain values decode from JSON."""
+    assert JSONCodec().decode(data, type_) == expected
+
+
+def test_json_decode_errors_are_typed() -> None:
+    """Shape mismatches and broken JSON raise PayloadDecodeError naming the type."""
+    with pytest.raises(PayloadDecodeError, match="Welcome") as info:
+        JSONCodec().decode(b'{"user_id":"x"}', Welcome)
+    assert isinstance(info.value, InvalidArgument) and isinstance(info.value, ValueError)
+    with pytest.raises(PayloadDecodeError):
+        JSONCodec().decode(b"{not json", Any)
+
+
+def test_json_encode_error_is_typed() -> None:
+    """A value msgspec cannot encode raises CodecError, not a foreign exception."""
+    with pytest.raises(CodecError, match="cannot encode object"):
+        JSONCodec().encode(object())
+
+
+def test_octet_stream_and_protobuf_round_trip() -> None:
+    """Bytes pass verbatim; protobuf messages use their wire encoding."""
+    reg = CodecRegistry.default()
+    assert reg.encode(b"\x00\xff") == (b"\x00\xff", OCTET_STREAM)
+    assert reg.decode(b"\x00\xff", OCTET_STREAM) == b"\x00\xff"
+    dep = tpb.TaskDependency(task_id="a", on_failure=tpb.DEPENDENCY_FAILURE_POLICY_CONTINUE)
+    data, ct = reg.encode(dep)
+    assert ct == PROTOBUF and data == dep.SerializeToString()
+    assert reg.decode(data, PROTOBUF, tpb.TaskDependency) == dep
+    with pytest.raises(PayloadDecodeError, match="needs a protobuf message class"):
+        reg.decode(data, PROTOBUF)
+    with pytest.raises(PayloadDecodeError, match="conveyor.v1.TaskDependency"):
+        reg.decode(b"\xff\xff\xff", PROTOBUF, tpb.TaskDependency)
+    with pytest.raises(CodecError, match="must be bytes"):
+        reg.get(OCTET_STREAM).encode("text")
+
+
+def test_registry_selection_and_unknown_content_type() -> None:
+    """Values pick their default codec; unknown content types raise, never guess."""
+    reg = CodecRegistry.default()
+    assert reg.encode({"a": 1}) == (b'{"a":1}', JSON)
+    assert reg.encode(None) == (b"", "")
+    assert reg.encode(b"raw", "text/csv") == (b"raw", "text/csv")  # bytes + explicit type: verbatim
+    assert normalize_content_type("Application/JSON; charset=utf-8") == JSON
+    assert normalize_content_type("") == JSON
+    assert reg.decode(b'{"a":1}', "application/json; charset=utf-8") == {"a": 1}
+    with pytest.raises(UnknownContentType, match="text/csv"):
+        reg.decode(b"a,b", "text/csv")
+    with pytest.raises(UnknownContentType):
+        reg.encode({"a": 1}, "text/csv")
+
+
+def test_user_codec_registration() -> None:
+    """A registered codec is used for its content type; copies are independent."""
+
+    class Csv:
+        content_type = "text/csv"
+
+        def encode(self, value: Any) -> bytes:
+            return ",".join(value).encode()
+
+        def decode(self, data: bytes, type_: Any = Any) -> Any:
+            return data.decode().split(",")
+
+    reg = CodecRegistry.default()
+    other = reg.copy()
+    reg.register(Csv())
+    assert reg.encode(["a", "b"], "text/csv") == (b"a,b", "text/csv")
+    assert reg.decode(b"a,b", "TEXT/CSV") == ["a", "b"]
+    assert "text/csv" in reg and "text/csv" not in other
+
+
+def test_task_info_decode_uses_content_type() -> None:
+    """TaskInfo.decode goes through the codec named by its content_type."""
+    info = TaskInfo(id="1", queue="q", type="t", state=TaskState.PENDING, payload=b'{"user_id":3}',
+                    content_type=JSON)  # fmt: skip
+    assert info.decode(Welcome) == Welcome(user_id=3)
