@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from conveyor_server_min._engine.clock import Clock
 from conveyor_server_min._engine.engine import Engine
+from conveyor_server_min._services.admin import AdminService
 from conveyor_server_min._services.loops import Ticker
 from conveyor_server_min._services.session import SessionHandler
 from conveyor_server_min._services.tasks import TaskService
@@ -27,14 +28,9 @@ class Services:
         self.ticker = Ticker(engine)
         methods: list[UnaryMethod] = TaskService(engine).methods()
         streams: list[ServerStreamMethod] = []
-        try:
-            from conveyor_server_min._services.admin import AdminService
-        except ImportError:  # pragma: no cover - admin lands in a later commit
-            pass
-        else:
-            admin = AdminService(engine, self.session)
-            methods += admin.methods()
-            streams += admin.streams()
+        self.admin = AdminService(engine, self.session)
+        methods += self.admin.methods()
+        streams += self.admin.streams()
         self.unary: dict[str, UnaryMethod] = {m.path: m for m in methods}
         self.server_streams: dict[str, ServerStreamMethod] = {m.path: m for m in streams}
         self._stopped = False
@@ -49,6 +45,7 @@ class Services:
         if self._stopped:
             return
         self._stopped = True
+        await self.admin.stop()
         await self.session.stop()
         await self.ticker.stop()
 
