@@ -1,20 +1,144 @@
-"""``conveyor conformance``: the executable conformance checklist (filled in by the conformance work)."""
+"""``conveyor conformance``: run the executable conveyor.v1 conformance suite.
+
+``run`` prints a table (check id, protocol section, result, known divergence,
+detail) after a progress bar and exits 0 only when no selected check failed.
+``worker`` is our SDK's program for the cross-SDK environment contract.
+``list`` shows every check id with its section and description.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Annotated
+
 import typer
 
+from conveyor_cli._common import TokenOpt, err_console, fail
+
 conformance = typer.Typer(help="Run the conveyor.v1 conformance suite.", no_args_is_help=True)
+
+ServerUrlOpt = Annotated[
+    str | None,
+    typer.Option("--server", help="Server under test; omitted = start conveyor_server_min itself."),
+]
+WorkerCmdOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--worker-cmd",
+        help="Worker program for worker.* checks (default: conveyor conformance worker).",
+    ),
+]
+OnlyOpt = Annotated[
+    list[str] | None,
+    typer.Option("--only", help="Check id, id prefix (e.g. server.5.6) or glob; repeatable."),
+]
+ProfileOpt = Annotated[
+    str,
+    typer.Option("--profile", help="strict, or upstream (known conveyord divergences reported separately)."),
+]
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``conformance`` group to ``app``."""
     app.add_typer(conformance, name="conformance")
 
-    @conformance.command("run", help="Run the suite against a server and a worker program.")
-    def run() -> None:
-        raise typer.Exit(2)
 
-    @conformance.command("worker", help="Our worker program for the cross-SDK contract.")
-    def worker() -> None:
-        raise typer.Exit(2)
+@conformance.command("run", help="Run the suite against a server and a worker program.")
+def run(  # noqa: PLR0917  # typer maps each option to one parameter
+    server: ServerUrlOpt = None,
+    token: TokenOpt = None,
+    worker_cmd: WorkerCmdOpt = None,
+    only: OnlyOpt = None,
+    profile: ProfileOpt = "strict",
+    json_file: Annotated[str | None, typer.Option("--json", help="Write a JSON report here.")] = None,
+    junit_file: Annotated[str | None, typer.Option("--junit", help="Write a JUnit XML report here.")] = None,
+    protocol: Annotated[str, typer.Option("--protocol", help="Session protocol for server checks.")] = "grpc",
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Checks run at once.", min=1)] = 6,
+    timing_scale: Annotated[
+        float, typer.Option("--timing-scale", help="Stretch waits on slow machines.")
+    ] = 1.0,
+) -> None:
+    from conveyor_conformance.context import SuiteConfig
+
+    if profile not in ("strict", "upstream"):
+        fail(f"--profile must be strict or upstream, not {profile!r}", 2)
+    if protocol not in ("grpc", "connect"):
+        fail(f"--protocol must be grpc or connect, not {protocol!r}", 2)
+    config = SuiteConfig(
+        server=server,
+        token=token,
+        worker_cmd=worker_cmd,
+        only=tuple(only or ()),
+        profile=profile,
+        protocol=protocol,
+        concurrency=concurrency,
+        timing_scale=timing_scale,
+    )
+    ok = _run_and_report(config, json_file, junit_file)
+    raise typer.Exit(0 if ok else 1)
+
+
+def _run_and_report(config: object, json_file: str | None, junit_file: str | None) -> bool:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from conveyor_conformance import report
+    from conveyor_conformance.harness import run_suite
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        bar = progress.add_task("starting", total=None)
+
+        def started(checks: list[object]) -> None:
+            progress.update(bar, total=len(checks), description="conformance")
+
+        def finished(result: object) -> None:
+            progress.update(bar, advance=1, description=f"{result.id}")  # type: ignore[attr-defined]
+
+        try:
+            summary = asyncio.run(run_suite(config, on_start=started, on_result=finished))  # type: ignore[arg-type]
+        except ValueError as exc:  # e.g. --only matching nothing
+            fail(str(exc), 2)
+        except RuntimeError as exc:  # server failed to start
+            fail(str(exc).splitlines()[0], 2)
+    report.render_table(summary, console)
+    if json_file:
+        report.write_json(summary, json_file)
+    if junit_file:
+        report.write_junit(summary, junit_file)
+    return summary.ok
+
+
+@conformance.command("list", help="List every check with its protocol section.")
+def list_checks(only: OnlyOpt = None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from conveyor_conformance.registry import default_registry
+
+    try:
+        checks = default_registry().select(only or ())
+    except ValueError as exc:
+        fail(str(exc), 2)
+    table = Table(title=f"{len(checks)} checks")
+    for name in ("check", "§", "description", "known upstream divergence"):
+        table.add_column(name)
+    for c in checks:
+        table.add_row(c.id, c.section, escape(c.description), escape(c.divergence))
+    Console().print(table)
+
+
+@conformance.command("worker", help="Our worker program for the cross-SDK environment contract.")
+def worker() -> None:
+    from conveyor_conformance.worker_program import main
+
+    try:
+        code = main()
+    except KeyError as exc:
+        err_console.print(f"error: missing environment variable {exc}")
+        code = 2
+    raise typer.Exit(code)

@@ -55,7 +55,7 @@ class ApiClient:
         """Binary-proto unary call; raises ConveyorError for a non-200 answer."""
         resp = await self._post(path, request.SerializeToString(), "application/proto", token)
         if resp.status_code != 200:
-            raise _error(resp)
+            raise _admin_na(path, _error(resp))
         out = response_type()
         out.ParseFromString(resp.content)
         return out
@@ -64,7 +64,7 @@ class ApiClient:
         """Connect JSON unary call; returns the decoded JSON object or raises ConveyorError."""
         resp = await self._post(path, json.dumps(body).encode(), "application/json", token)
         if resp.status_code != 200:
-            raise _error(resp)
+            raise _admin_na(path, _error(resp))
         data = json.loads(resp.content or b"{}")
         if not isinstance(data, dict):
             raise ConveyorError(f"{path}: JSON answer is not an object: {data!r}")
@@ -95,6 +95,15 @@ class ApiClient:
     async def cancel_task(self, task_id: str) -> None:
         """AdminService.CancelTask."""
         await self.call(ADMIN + "CancelTask", pb.CancelTaskRequest(id=task_id), pb.CancelTaskResponse)
+
+
+def _admin_na(path: str, err: ConveyorError) -> Exception:
+    """AdminService is optional surface (§7): an unimplemented admin RPC makes a check n/a."""
+    if path.startswith(ADMIN) and err.code is Code.UNIMPLEMENTED:
+        from conveyor_conformance.model import NotApplicable
+
+        return NotApplicable(f"not applicable: the server does not implement {path}")
+    return err
 
 
 def _error(resp: httpx.Response) -> ConveyorError:

@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from conveyor_conformance.model import Status, Summary
@@ -36,7 +37,7 @@ def render_table(summary: Summary, console: Console) -> None:
     for r in summary.results:
         label = f"[{_STYLE[r.status]}]{r.status.value}[/]"
         div = r.divergence if (r.divergence and summary.profile == "upstream") else ""
-        table.add_row(r.id, r.section, label, div, r.detail or r.description)
+        table.add_row(r.id, r.section, label, escape(div), escape(r.detail or r.description))
     console.print(table)
     console.print(totals_line(summary))
 

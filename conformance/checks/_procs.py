@@ -1,0 +1,83 @@
+"""Start worker programs (the environment contract) as real subprocesses, owned by a check."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Mapping
+
+from conveyor_conformance.context import CheckContext
+
+__all__ = ["WorkerProcess", "start_worker"]
+
+
+class WorkerProcess:
+    """A running worker program; output is collected for failure details."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.output = bytearray()
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while chunk := await self.proc.stdout.read(4096):
+            self.output += chunk
+
+    def tail(self, lines: int = 6) -> str:
+        """Last lines of the program's output, for details."""
+        text = self.output.decode(errors="replace").strip().splitlines()
+        return " | ".join(text[-lines:])
+
+    def terminate(self) -> None:
+        """Send SIGTERM (drain)."""
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    async def wait(self, within: float) -> int | None:
+        """Exit code, or None if still running after ``within`` seconds."""
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), within)
+        except TimeoutError:
+            return None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._reader, 2)
+        return code
+
+    async def aclose(self) -> None:
+        """Stop the program (SIGTERM, then SIGKILL) and reap it."""
+        if self.proc.returncode is None:
+            self.terminate()
+            if await self.wait(10) is None:
+                self.proc.kill()
+                await self.proc.wait()
+        self._reader.cancel()
+        with contextlib.suppress(BaseException):
+            await self._reader
+
+
+async def start_worker(
+    ctx: CheckContext, *, addr: str, scenario: str = "sleep", sleep_ms: int = 0, extra: Mapping[str, str] = ()
+) -> WorkerProcess:
+    """Start ``env.worker_cmd`` with the contract's environment; stopped when the check ends."""
+    cmd = ctx.env.worker_cmd
+    assert cmd, "no worker command"
+    env = dict(os.environ)
+    env.update(ctx.env.worker_env)
+    env.update({"CONVEYOR_ADDR": addr, "SCENARIO": scenario, "SLEEP_MS": str(sleep_ms), "QUEUE": ctx.queue})
+    env.pop("CONVEYOR_TOKEN", None)
+    if ctx.env.token:
+        env["CONVEYOR_TOKEN"] = ctx.env.token
+    env.update(dict(extra))
+    proc = await asyncio.create_subprocess_exec(
+        *cmd,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    worker = WorkerProcess(proc)
+    ctx.on_close(worker.aclose)
+    return worker

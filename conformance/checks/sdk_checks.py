@@ -1,0 +1,1 @@
+"""SDK checks (filled below)."""

@@ -1,0 +1,97 @@
+"""Cross-SDK worker checks through the environment contract (any SDK's worker program).
+
+Tasks are enqueued with max_retry 25 and retention 1 h, as the upstream suite does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from conveyor_conformance.checks._common import COMPLETED
+from conveyor_conformance.checks._procs import start_worker
+from conveyor_conformance.context import CheckContext, describe
+from conveyor_conformance.model import Requirement
+from conveyor_conformance.registry import check
+from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+
+ACTIVE = tpb.TASK_STATE_ACTIVE
+NEEDS = [Requirement.WORKER_CMD]
+NEEDS_SHORT = [Requirement.WORKER_CMD, Requirement.SHORT_LEASE]
+
+
+@check(
+    "worker.5.2.bad-hello-rejected-locally",
+    section="5.2",
+    description=(
+        "BadHelloRejectedLocally: a zero queue weight is refused by the SDK before connecting (exit 1)."
+    ),
+    requires=NEEDS,
+    timeout=45,
+)
+async def bad_hello(ctx: CheckContext) -> str:
+    proc = await start_worker(ctx, addr=ctx.env.url, scenario="bad-hello")
+    code = await proc.wait(ctx.t(30))
+    ctx.expect(code is not None, "program still running 30 s after start")
+    ctx.expect(
+        code == 1, f"exit code {code}, want exactly 1 (2 = the SDK accepted the bad Hello); {proc.tail()}"
+    )
+    return "exit 1"
+
+
+@check(
+    "worker.5.6.long-task-keeps-lease",
+    section="5.6",
+    description="LongTaskKeepsLease: a 5 s handler under a 2 s lease completes with retried 0 (heartbeats).",
+    requires=NEEDS_SHORT,
+)
+async def long_task(ctx: CheckContext) -> str:
+    info = await ctx.enqueue(max_retry=25)
+    await start_worker(ctx, addr=ctx.env.url, sleep_ms=5000)
+    done = await ctx.wait_task(
+        info.id, lambda t: t.state == COMPLETED or t.retried > 0, "COMPLETED", within=40
+    )
+    ctx.expect(done.state == COMPLETED and done.retried == 0, f"long task lost its lease: {describe(done)}")
+    return describe(done)
+
+
+@check(
+    "worker.5.11.batch-keeps-leases",
+    section="5.11",
+    description=(
+        "BatchKeepsLeases: three members of group 'g' (handler longer than the lease) complete, retried 0."
+    ),
+    requires=NEEDS_SHORT,
+)
+async def batch_keeps(ctx: CheckContext) -> str:
+    ids = [(await ctx.enqueue(type="conformance:batch", group="g", max_retry=25)).id for _ in range(3)]
+    await start_worker(ctx, addr=ctx.env.url, sleep_ms=3000)
+    results = []
+    for task_id in ids:
+        got = await ctx.wait_task(
+            task_id, lambda t: t.state == COMPLETED or t.retried > 0, "COMPLETED", within=40
+        )
+        ctx.expect(got.state == COMPLETED and got.retried == 0, f"member {task_id}: {describe(got)}")
+        results.append(got)
+    return "3 members COMPLETED with retried 0"
+
+
+@check(
+    "worker.5.10.drain-releases-without-retry",
+    section="5.10",
+    description=(
+        "DrainReleasesWithoutRetry: SIGTERM while a task is ACTIVE leaves it un-ACTIVE with retried 0."
+    ),
+    requires=NEEDS,
+)
+async def drain_releases(ctx: CheckContext) -> str:
+    info = await ctx.enqueue(max_retry=25)
+    proc = await start_worker(ctx, addr=ctx.env.url, sleep_ms=30_000)
+    await ctx.wait_task(info.id, lambda t: t.state == ACTIVE, "ACTIVE", within=30)
+    proc.terminate()
+    code = await proc.wait(ctx.t(25))
+    ctx.expect(code is not None, "program did not exit within 25 s of SIGTERM")
+    got = await ctx.wait_task(info.id, lambda t: t.state != ACTIVE, "not ACTIVE", within=10)
+    ctx.expect(got.retried == 0, f"drain charged a retry: {describe(got)}")
+    ctx.expect(code == 0, f"exit code {code} after SIGTERM, want 0; {proc.tail()}")
+    await asyncio.sleep(0)
+    return f"{describe(got)}, exit 0"
