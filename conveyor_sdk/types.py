@@ -13,7 +13,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 if TYPE_CHECKING:
     from conveyor_sdk.codecs import CodecRegistry
@@ -135,13 +135,18 @@ class TaskInfo:
     progress: int = 0
     progress_message: str = ""
 
-    def decode(self, type_: builtins.type[T] | Any = Any, *, codecs: CodecRegistry | None = None) -> T:
+    @overload
+    def decode(self, type_: builtins.type[T], *, codecs: CodecRegistry | None = None) -> T: ...
+
+    @overload
+    def decode(self, type_: Any = ..., *, codecs: CodecRegistry | None = None) -> Any: ...
+
+    def decode(self, type_: Any = Any, *, codecs: CodecRegistry | None = None) -> Any:
         """Decode ``payload`` through its ``content_type`` codec into ``type_``."""
         from conveyor_sdk.codecs import CodecRegistry
 
         registry = codecs if codecs is not None else CodecRegistry.default()
-        result: T = registry.decode(self.payload, self.content_type, type_)
-        return result
+        return registry.decode(self.payload, self.content_type, type_)
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,7 +57,8 @@ def test_defaults_are_overridable_per_call() -> None:
         return None
 
     merged = build.options(priority=8, process_in=5)
-    assert merged == {"queue": "reports", "priority": 8, "max_retry": 2, "process_in": 5, "content_type": JSON}
+    expected = {"queue": "reports", "priority": 8, "max_retry": 2, "process_in": 5, "content_type": JSON}
+    assert merged == expected
     spec = build.spec(Report(name="q3"), task_id="r1")
     assert spec.payload == b'{"name":"q3"}' and spec.options["task_id"] == "r1"
     with pytest.raises(TypeError, match="unknown enqueue option"):
@@ -113,7 +114,8 @@ def test_undecodable_payload_is_skip_retry() -> None:
     assert bad_shape[0].kind is OutcomeKind.SKIP_RETRY
     assert "Welcome" in bad_shape[0].error_msg and "user_id" in bad_shape[0].error_msg
     unknown = asyncio.run(invoke_async(app, _job(_task("email:welcome", b"a,b", "text/csv"))))
-    assert unknown[0].kind is OutcomeKind.SKIP_RETRY and "no codec for content_type 'text/csv'" in unknown[0].error_msg
+    assert unknown[0].kind is OutcomeKind.SKIP_RETRY
+    assert "no codec for content_type 'text/csv'" in unknown[0].error_msg
 
 
 def test_batch_task_decodes_each_member() -> None:

@@ -46,7 +46,7 @@ GO_VECTORS: list[tuple[Any, bytes]] = [
     ({"html": "<a href='x'>&</a>"}, b'{"html":"\\u003ca href=\'x\'\\u003e\\u0026\\u003c/a\\u003e"}'),
     ("line\u2028sep\u2029", b'"line\\u2028sep\\u2029"'),
     ("héllo ✓", '"héllo ✓"'.encode()),  # non-ASCII stays raw UTF-8
-    ("tab\tnl\nquote\"back\\", b'"tab\\tnl\\nquote\\"back\\\\"'),
+    ('tab\tnl\nquote"back\\', b'"tab\\tnl\\nquote\\"back\\\\"'),
     (True, b"true"),
     (-12345678901234, b"-12345678901234"),
     (0.5, b"0.5"),
@@ -122,7 +122,7 @@ def test_octet_stream_and_protobuf_round_trip() -> None:
     assert reg.decode(data, PROTOBUF, tpb.TaskDependency) == dep
     with pytest.raises(PayloadDecodeError, match="needs a protobuf message class"):
         reg.decode(data, PROTOBUF)
-    with pytest.raises(PayloadDecodeError, match="conveyor.v1.TaskDependency"):
+    with pytest.raises(PayloadDecodeError, match=r"conveyor\.v1\.TaskDependency"):
         reg.decode(b"\xff\xff\xff", PROTOBUF, tpb.TaskDependency)
     with pytest.raises(CodecError, match="must be bytes"):
         reg.get(OCTET_STREAM).encode("text")

@@ -67,7 +67,12 @@ def test_unset_options_stay_unset() -> None:
         assert not req.HasField(name), name
     assert not req.HasField("retry_policy")
     assert (req.queue, req.task_id, req.max_retry, req.priority, req.payload, req.content_type) == (
-        "", "", 0, 0, b"", ""
+        "",
+        "",
+        0,
+        0,
+        b"",
+        "",
     )
 
 
@@ -96,7 +101,7 @@ def test_group_and_process_at_with_other_timezone() -> None:
         ({"queue": "has space"}, "invalid queue name"),
         ({"queue": ""}, "queue must not be empty"),
         ({"task_id": ""}, "task_id must not be empty"),
-        ({"deadline": datetime(2030, 1, 1)}, "naive datetime"),  # noqa: DTZ001
+        ({"deadline": datetime(2030, 1, 1)}, "naive datetime"),
         ({"process_at": "tomorrow"}, "process_at must be a datetime"),
         ({"timeout": -1}, "timeout must not be negative"),
         ({"timeout": "2s"}, "timeout must be seconds"),
