@@ -41,7 +41,6 @@ log = logging.getLogger("conveyor.server.http")
 
 HIGH_WATER = 256 * 1024  # a writer waits when its stream buffer holds more than this
 STREAM_WINDOW = 1 << 20  # what each client stream may send before we acknowledge
-MAX_FRAME = 1 << 16
 _MAX_WINDOW = 2**31 - 1
 
 
@@ -184,7 +183,6 @@ class H2Connection:
             initial_values={
                 h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_streams,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME,
                 h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 64 * 1024,
                 h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 0,
             },
