@@ -1,0 +1,147 @@
+"""The transport against the real reference server (subprocess, port 0): protocols, auth, 1 MiB+ frames."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
+
+import httpx
+import pytest
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk._transport import SessionStream, TransportOptions, open_session
+from conveyor_sdk.errors import InvalidArgument, Unauthenticated
+from conveyor_server_min.testing import ServerProcess
+from tests._util import eventually
+
+from ._helpers import HELLO
+
+PROTOCOLS = ["grpc", "connect"]
+
+
+@pytest.fixture
+def start_server() -> Iterator[Callable[..., ServerProcess]]:
+    """Like conftest's ``server_factory`` (clean exit asserted), but also closes the server's stdout pipe.
+
+    ServerProcess.stop() leaves the pipe open, which pytest's filterwarnings=error turns into a failure.
+    """
+    started: list[ServerProcess] = []
+
+    def start(args: Sequence[str] = ("--lease-ttl", "2s")) -> ServerProcess:
+        proc = ServerProcess(args)
+        started.append(proc)
+        proc.start()
+        return proc
+
+    yield start
+    codes = [proc.stop() for proc in started]
+    for proc in started:
+        if proc.proc is not None and proc.proc.stdout is not None:
+            proc.proc.stdout.close()
+    assert codes == [0] * len(codes), f"server exit codes {codes}"
+
+
+@pytest.fixture
+def server_url(start_server: Callable[..., ServerProcess]) -> str:
+    """URL of a dev-mode reference server with a 2 s lease."""
+    return start_server().url
+
+
+async def _unary(url: str, method: str, req: object, resp: object, token: str | None = None) -> None:
+    headers = {"content-type": "application/proto", "connect-protocol-version": "1"}
+    if token:
+        headers["authorization"] = f"Bearer {token}"
+    async with httpx.AsyncClient() as http:
+        body = req.SerializeToString()  # type: ignore[attr-defined]
+        r = await http.post(f"{url}/conveyor.v1.TaskService/{method}", content=body, headers=headers)
+    assert r.status_code == 200, r.text
+    resp.ParseFromString(r.content)  # type: ignore[attr-defined]
+
+
+async def _welcomed(url: str, protocol: str, **kw: object) -> tuple[SessionStream, pb.Welcome]:
+    stream = await open_session(url, TransportOptions(protocol=protocol, **kw))  # type: ignore[arg-type]
+    await stream.send(HELLO)
+    first = await asyncio.wait_for(stream.recv(), 10)
+    assert first is not None and first.WhichOneof("frame") == "welcome", first
+    return stream, first.welcome
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_hello_welcome_and_clean_close(server_url: str, protocol: str) -> None:
+    """Hello gets a Welcome with the session timings; a half-close ends the stream cleanly."""
+
+    async def main() -> None:
+        stream, welcome = await _welcomed(server_url, protocol)
+        async with stream:
+            assert welcome.session_id
+            assert welcome.lease_ttl.seconds == 2
+            assert welcome.heartbeat_interval.ToTimedelta().total_seconds() > 0
+            assert stream.response_headers is not None
+            await stream.close_send()
+            assert await asyncio.wait_for(stream.recv(), 10) is None
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_bad_first_frame_is_invalid_argument(server_url: str, protocol: str) -> None:
+    """A non-Hello first frame ends the stream with InvalidArgument from the server."""
+
+    async def main() -> None:
+        stream = await open_session(server_url, TransportOptions(protocol=protocol))  # type: ignore[arg-type]
+        async with stream:
+            await stream.send(pb.WorkerMessage(heartbeat=pb.Heartbeat()))
+            with pytest.raises(InvalidArgument, match="Hello"):
+                await asyncio.wait_for(stream.recv(), 10)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_auth(start_server: Callable[..., ServerProcess], protocol: str) -> None:
+    """With a token configured, a tokenless session is Unauthenticated and a good token gets a Welcome."""
+    server = start_server(["--token", "sekret"])
+
+    async def main() -> None:
+        stream = await open_session(server.url, TransportOptions(protocol=protocol))  # type: ignore[arg-type]
+        async with stream:
+            await stream.send(HELLO)
+            with pytest.raises(Unauthenticated):
+                await asyncio.wait_for(stream.recv(), 10)
+        stream, _ = await _welcomed(server.url, protocol, token="sekret")
+        await stream.aclose()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_megabyte_dispatch_and_result(server_url: str, protocol: str) -> None:
+    """A 1 MiB payload arrives in a Dispatch and a 1.5 MiB result is accepted (task completes)."""
+
+    async def main() -> None:
+        stream, _ = await _welcomed(server_url, protocol)
+        async with stream:
+            req = pb.EnqueueRequest(
+                type="big", payload=b"x" * (1 << 20), content_type="application/octet-stream"
+            )
+            resp = pb.EnqueueResponse()
+            await _unary(server_url, "Enqueue", req, resp)
+            msg = await asyncio.wait_for(stream.recv(), 10)
+            assert msg is not None and msg.WhichOneof("frame") == "dispatch", msg
+            task = msg.dispatch.task
+            assert task.id == resp.task.id and task.payload == req.payload
+            result = pb.Result(task_id=task.id, outcome=pb.TASK_OUTCOME_SUCCESS, result=b"y" * (3 << 19))
+            await stream.send(pb.WorkerMessage(result=result))
+
+            async def state() -> int:
+                got = pb.GetTaskResponse()
+                await _unary(server_url, "GetTask", pb.GetTaskRequest(id=task.id), got)
+                return got.task.state
+
+            async def completed() -> bool:
+                return await state() == tpb.TASK_STATE_COMPLETED
+
+            await eventually(completed, timeout=10, what="task completed")
+
+    asyncio.run(main())
