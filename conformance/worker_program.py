@@ -85,10 +85,12 @@ def main(env: Mapping[str, str] | None = None) -> int:
     """Run the program; returns the process exit code."""
     env = os.environ if env is None else env
     queue = env.get("QUEUE", "default")
-    reg = build_registry(int(env.get("SLEEP_MS", "0")))
     if env.get("SCENARIO", "sleep") == "bad-hello":
         try:
             _worker(env, {queue: 0})
+        except ImportError as exc:  # no SDK worker at all is not a refusal
+            print(f"cannot build a worker: {exc}", file=sys.stderr)
+            return 3
         except (ValueError, TypeError) as exc:
             print(f"refused locally: {exc}", file=sys.stderr)
             return EXIT_REFUSED
@@ -96,6 +98,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
             print(f"refused locally: {type(exc).__name__}: {exc}", file=sys.stderr)
             return EXIT_REFUSED
         return EXIT_ACCEPTED
+    reg = build_registry(int(env.get("SLEEP_MS", "0")))
     worker = _worker(env, {queue: 1})
     worker.run_sync(reg)  # installs SIGTERM/SIGINT handlers: drain, close the stream, return
     return 0

@@ -31,6 +31,7 @@ import os
 import random
 import signal
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,6 +61,7 @@ class RawWorker:
         self.inflight: list[str] = []
         self.sess: Any = None
         self.draining = False
+        self.lease_ttl = 60.0
 
     async def run(self) -> int:
         """Serve until SIGTERM (exit 0) or a fatal error (exit 3)."""
@@ -96,6 +98,7 @@ class RawWorker:
             if first is None or first.WhichOneof("frame") != "welcome":
                 return None
             welcomed = True
+            self.lease_ttl = first.welcome.lease_ttl.ToNanoseconds() / 1e9
             await self._serve(first.welcome.heartbeat_interval.ToNanoseconds() / 1e9)
             return "welcomed"
         except ConveyorError as exc:
@@ -158,6 +161,8 @@ class RawWorker:
         if self.draining:
             return  # late dispatch: heartbeat it, never start it
         limit = deadline.ToNanoseconds() / 1e9 if deadline.ByteSize() else None
+        if limit is not None and limit >= time.time() + self.lease_ttl - 0.5:
+            limit = None  # the lease part of the deadline: heartbeats extend it
         job = asyncio.ensure_future(self._job(tasks, limit, batch))
         self.jobs[ids[0]] = job
 
@@ -173,8 +178,6 @@ class RawWorker:
             self.jobs.pop(tasks[0].id, None)
 
     async def _execute(self, tasks: list[Any], deadline: float | None) -> list[tuple[int, str, bytes]]:
-        import time
-
         kind = tasks[0].type
         budget = None
         if deadline is not None and self.mutation != "ignore-deadline":
