@@ -8,7 +8,6 @@ from typing import Any
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import ConveyorError
-
 from conveyor_server_min._engine.clock import FakeClock
 from conveyor_server_min._services import Services, build_services
 from conveyor_server_min.service_api import CallContext, EngineConfig
@@ -66,7 +65,6 @@ class Worker:
         self.services = services
         self.inbox: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
         self.sent: list[pb.ServerMessage] = []
-        self._arrived = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.seen = 0
 
@@ -79,7 +77,6 @@ class Worker:
 
     async def _send(self, msg: pb.ServerMessage) -> None:
         self.sent.append(msg)
-        self._arrived.set()
 
     def start(self, **hello: Any) -> Worker:
         hello.setdefault("queues", {"default": 1})
@@ -95,26 +92,24 @@ class Worker:
         return first.welcome
 
     async def next(self, timeout: float = 5.0) -> pb.ServerMessage:
-        """The next server frame not yet consumed by ``next``."""
+        """The next server frame not yet consumed (yields to the loop until it arrives)."""
         async with asyncio.timeout(timeout):
             while self.seen >= len(self.sent):
-                self._arrived.clear()
                 if self.task is not None and self.task.done():
                     self.task.result()
-                    raise AssertionError("session ended")
-                await asyncio.wait(
-                    {asyncio.ensure_future(self._arrived.wait()), self.task}, return_when="FIRST_COMPLETED"
-                )
+                    raise AssertionError("session ended without sending the expected frame")
+                await asyncio.sleep(0)
         self.seen += 1
         return self.sent[self.seen - 1]
 
+    async def dispatch(self) -> pb.Dispatch:
+        msg = await self.next()
+        assert msg.WhichOneof("frame") == "dispatch", msg
+        return msg.dispatch
+
     async def settle(self) -> None:
         """Let queued frames be processed."""
-        for _ in range(5):
-            await asyncio.sleep(0)
-        while not self.inbox.empty():
-            await asyncio.sleep(0)
-        for _ in range(5):
+        for _ in range(50):  # yield to the loop: the reader drains the inbox synchronously per frame
             await asyncio.sleep(0)
 
     def pending(self) -> list[pb.ServerMessage]:
