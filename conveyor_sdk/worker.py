@@ -28,18 +28,22 @@ from conveyor_sdk._worker.executor import (
     TaskData,
 )
 from conveyor_sdk._worker.invoke import invoke, invoke_async
+from conveyor_sdk._worker.local import LocalExecutor
 from conveyor_sdk._worker.outcomes import SkipRetry, TaskCancelled
 from conveyor_sdk._worker.registry import HandlerSpec, Middleware, Registry
+from conveyor_sdk._worker.runner import SDK_VERSION, Worker
 
 Task = TaskData
 
 __all__ = [
+    "SDK_VERSION",
     "CancelReason",
     "CancelSignal",
     "Executor",
     "HandlerSpec",
     "Job",
     "JobControl",
+    "LocalExecutor",
     "Middleware",
     "Outcome",
     "OutcomeKind",
@@ -49,6 +53,7 @@ __all__ = [
     "TaskCancelled",
     "TaskContext",
     "TaskData",
+    "Worker",
     "invoke",
     "invoke_async",
 ]

@@ -1,0 +1,53 @@
+"""Wire envelopes -> the plain :class:`TaskData` / :class:`Job` values executors receive."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk._protocol.inflight import Delivery
+from conveyor_sdk._worker.executor import Job, TaskData
+from conveyor_sdk._worker.registry import Registry
+
+__all__ = ["job_for_delivery", "task_data"]
+
+
+def _seconds(msg: object) -> float:
+    return float(msg.ToNanoseconds()) / 1e9  # type: ignore[attr-defined]
+
+
+def task_data(env: tpb.TaskEnvelope) -> TaskData:
+    """Copy one envelope into a TaskData (payload bytes, metadata dict, time bounds in seconds)."""
+    opts = env.options
+    return TaskData(
+        id=env.id,
+        queue=env.queue,
+        type=env.type,
+        payload=bytes(env.payload),
+        content_type=env.content_type,
+        metadata=dict(env.metadata),
+        retried=env.retried,
+        max_retry=opts.max_retry,
+        enqueued_at=_seconds(env.enqueued_at) if env.HasField("enqueued_at") else None,
+        timeout=_seconds(opts.timeout) if opts.HasField("timeout") else None,
+        task_deadline=_seconds(opts.deadline) if opts.HasField("deadline") else None,
+        group=opts.group,
+    )
+
+
+def job_for_delivery(delivery: Delivery, registry: Registry | None, deadline: float | None = None) -> Job:
+    """The Job for a delivery. A batch-typed task delivered alone becomes a batch of one."""
+    spec = registry.lookup(delivery.type) if registry is not None else None
+    batch = delivery.batch or (spec is not None and spec.batch)
+    return Job(
+        job_id=delivery.job_id,
+        queue=delivery.queue,
+        type=delivery.type,
+        tasks=tuple(task_data(t) for t in delivery.tasks),
+        batch=batch,
+        deadline=deadline,
+    )
+
+
+def with_deadline(job: Job, deadline: float | None) -> Job:
+    return job if job.deadline == deadline else replace(job, deadline=deadline)
