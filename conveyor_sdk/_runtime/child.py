@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -154,9 +155,14 @@ class ChildLoop:
 
     def _progress_sink(self) -> ProgressSink:
         loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
 
         def report(task_id: str, percent: int, message: str) -> None:
-            loop.call_soon_threadsafe(self.send, pipe.Progress(task_id, int(percent), str(message)))
+            frame = pipe.Progress(task_id, int(percent), str(message))
+            if threading.get_ident() == loop_thread:
+                self.send(frame)  # in order, before this job's JobDone
+            else:
+                loop.call_soon_threadsafe(self.send, frame)
 
         return report
 

@@ -107,6 +107,7 @@ class ChildProc:
     _wfd: int = -1  # parent end: supervisor -> child
     _child_fds: tuple[int, int] = (-1, -1)
     _writer: asyncio.WriteTransport | None = None
+    _reader: asyncio.ReadTransport | None = None
     _pidfd: int = -1
     _pipe_closed: bool = False
     _exited: bool = False
@@ -172,7 +173,9 @@ class ChildProc:
         self._on_message, self._on_gone = on_message, on_gone
         self.ready = asyncio.Event()
         self._writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(self._wfd, "wb", 0))
-        await loop.connect_read_pipe(lambda: _ChildReader(self), os.fdopen(self._rfd, "rb", 0))
+        self._reader, _ = await loop.connect_read_pipe(
+            lambda: _ChildReader(self), os.fdopen(self._rfd, "rb", 0)
+        )
         try:
             self._pidfd = os.pidfd_open(self.pid)
             loop.add_reader(self._pidfd, self._on_pidfd)
@@ -232,6 +235,8 @@ class ChildProc:
         self.gone.set()
         if self._writer is not None:
             self._writer.close()
+        if self._reader is not None:
+            self._reader.close()
         if self._on_gone is not None:
             self._on_gone(self)
 

@@ -1,0 +1,282 @@
+"""ProcessExecutor with real child processes: results, crashes, hard kills, recycling, reload, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from conveyor_sdk._runtime.executor import ExecutorOptions, ProcessExecutor, RuntimeFailure
+from conveyor_sdk._runtime.pools import PoolSpec
+from conveyor_sdk._runtime.proc import ChildArgs, ChildState
+from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, OutcomeKind, TaskData
+from tests._util import eventually
+
+APP = """
+import asyncio, os, time
+from conveyor_sdk._worker.registry import Registry
+
+app = Registry()
+VERSION = "v1"
+
+@app.handler("echo")
+async def echo(task, ctx):
+    ctx.report_progress(40, "working")
+    return task.payload
+
+@app.handler("pid")
+def pid(task, ctx):
+    return b"%d %s" % (os.getpid(), VERSION.encode())
+
+@app.handler("wait")
+async def wait(task, ctx):
+    await asyncio.sleep(60)
+
+@app.handler("exit")
+def exit_(task, ctx):
+    os._exit(13)
+
+@app.handler("stubborn")
+def stubborn(task, ctx):
+    time.sleep(60)
+
+@app.handler("block-loop")
+async def block_loop(task, ctx):
+    time.sleep(60)
+"""
+
+
+def _job(i: int | str, type_: str = "echo", deadline: float | None = None, queue: str = "default") -> Job:
+    task = TaskData(
+        id=f"t{i}", queue=queue, type=type_, payload=f"p{i}".encode(),
+        content_type="application/octet-stream", metadata={}, retried=0, max_retry=3,
+    )  # fmt: skip
+    return Job(job_id=task.id, queue=queue, type=type_, tasks=(task,), batch=False, deadline=deadline)
+
+
+def _executor(folder: Path, processes: int = 1, capacity: int = 2, **opts: object) -> ProcessExecutor:
+    args = ChildArgs(app="rtapp:app", capacity=capacity, beat=0.2, cwd=str(folder))
+    options = ExecutorOptions(kill_grace=0.5, **opts)  # type: ignore[arg-type]
+    return ProcessExecutor(args, [PoolSpec("default", ("default",), processes)], options)
+
+
+@contextlib.asynccontextmanager
+async def started(folder: Path, **kwargs: object) -> AsyncIterator[ProcessExecutor]:
+    """A spawned and started executor that is always closed (children reaped) afterwards."""
+    wakeup = kwargs.pop("wakeup", lambda: None)
+    ex = _executor(folder, **kwargs)  # type: ignore[arg-type]
+    ex.spawn()
+    try:
+        await ex.start(wakeup)  # type: ignore[arg-type]
+        yield ex
+    finally:
+        ex.abort("test over")
+        await ex.close(0)
+
+
+def _ctl(progress: list[tuple[str, int, str]] | None = None) -> JobControl:
+    return JobControl(report_progress=lambda *a: progress.append(a) if progress is not None else None)
+
+
+def _run(main: Callable[[], object]) -> None:
+    asyncio.run(main())  # type: ignore[arg-type]
+
+
+def test_runs_async_and_sync_handlers_and_forwards_progress(write_app: Callable[[str, str], Path]) -> None:
+    """Async and sync handlers return SUCCESS with their bytes; progress reaches the control."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        async with started(folder) as ex:
+            progress: list[tuple[str, int, str]] = []
+            [out] = await ex.run(_job(1), _ctl(progress))
+            assert (out.kind, out.result) == (OutcomeKind.SUCCESS, b"p1")
+            [out] = await ex.run(_job(2, "pid"), _ctl())
+            assert out.kind is OutcomeKind.SUCCESS
+            assert int(out.result.split()[0]) == ex.children()[0].pid != os.getpid()
+            assert progress == [("t1", 40, "working")]
+
+    _run(main)
+
+
+def test_can_start_respects_capacity(write_app: Callable[[str, str], Path]) -> None:
+    """With one child of capacity 2, a third concurrent job is refused until a slot frees."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        woken = asyncio.Event()
+        async with started(folder, capacity=2, wakeup=woken.set) as ex:
+            runs = [asyncio.create_task(ex.run(_job(i, "wait"), _ctl())) for i in range(2)]
+            await eventually(lambda: _true(len(ex.running) == 2))
+            assert not ex.can_start(_job(3))
+            woken.clear()
+            ex.cancel("t0", CancelReason.SERVER_CANCEL)
+            [out] = await runs[0]
+            assert out.cancelled and out.kind is OutcomeKind.RETRY
+            await asyncio.wait_for(woken.wait(), 5)
+            assert ex.can_start(_job(3))
+            ex.cancel("t1", CancelReason.DRAIN)
+            await runs[1]
+
+    _run(main)
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def test_sigkill_of_a_child_mid_task_gives_retry_and_a_replacement(
+    write_app: Callable[[str, str], Path],
+) -> None:
+    """kill -9 of the child running a task: the task gets RETRY 'worker process died: SIGKILL'."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        async with started(folder) as ex:
+            victim = ex.children()[0].pid
+            run = asyncio.create_task(ex.run(_job(1, "wait"), _ctl()))
+            await eventually(lambda: _true(bool(ex.running)))
+            os.kill(victim, signal.SIGKILL)
+            [out] = await asyncio.wait_for(run, 10)
+            assert out.kind is OutcomeKind.RETRY
+            assert out.error_msg == "worker process died: SIGKILL"
+            await eventually(lambda: _true(any(c.state is ChildState.READY for c in ex.children())), 15)
+            assert ex.children()[0].pid != victim
+            [out] = await ex.run(_job(2), _ctl())
+            assert out.kind is OutcomeKind.SUCCESS
+            assert ex.restarts == 1
+
+    _run(main)
+
+
+def test_handler_calling_os_exit_fails_only_its_task(write_app: Callable[[str, str], Path]) -> None:
+    """os._exit in a handler -> RETRY with the exit code; the other child keeps working."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        async with started(folder, processes=2, capacity=1) as ex:
+            slow = asyncio.create_task(ex.run(_job("slow", "wait"), _ctl()))
+            await eventually(lambda: _true(bool(ex.running)))
+            [out] = await ex.run(_job(1, "exit"), _ctl())
+            assert (out.kind, out.error_msg) == (OutcomeKind.RETRY, "worker process died: exit code 13")
+            assert not slow.done()
+            ex.cancel("tslow", CancelReason.DRAIN)
+            [out] = await slow
+            assert out.cancelled
+
+    _run(main)
+
+
+def test_handler_ignoring_cancellation_is_killed_after_grace(write_app: Callable[[str, str], Path]) -> None:
+    """A sync handler that ignores a DEADLINE cancel is killed; its outcome is a cancelled RETRY."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        async with started(folder) as ex:
+            first = ex.children()[0].pid
+            run = asyncio.create_task(ex.run(_job(1, "stubborn"), _ctl()))
+            await eventually(lambda: _true(bool(ex.running)))
+            t0 = time.monotonic()
+            ex.cancel("t1", CancelReason.DEADLINE)
+            [out] = await asyncio.wait_for(run, 10)
+            assert time.monotonic() - t0 >= 0.4
+            assert (out.kind, out.error_msg, out.cancelled) == (OutcomeKind.RETRY, "deadline exceeded", True)
+            await eventually(lambda: _true(any(c.state is ChildState.READY for c in ex.children())), 15)
+            assert ex.children()[0].pid != first
+            assert not ex.running
+
+    _run(main)
+
+
+def test_blocked_child_loop_is_logged_and_killed_past_the_deadline(
+    write_app: Callable[[str, str], Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An async handler blocking its loop stops the beats: logged with the task, killed after its deadline."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        async with started(folder, hung_after=0.6) as ex:
+            deadline = time.time() + 1.5
+            [out] = await asyncio.wait_for(ex.run(_job(1, "block-loop", deadline=deadline), _ctl()), 20)
+            assert time.time() >= deadline
+            assert (out.kind, out.cancelled) == (OutcomeKind.RETRY, True)
+            assert any("unresponsive" in r.getMessage() and "t1" in r.getMessage() for r in caplog.records)
+
+    _run(main)
+
+
+def test_child_import_failure_stops_start(write_app: Callable[[str, str], Path]) -> None:
+    """A child that cannot import the app makes start() raise RuntimeFailure naming the error."""
+    folder = write_app("rtapp", "raise RuntimeError('boom at import')\n")
+
+    async def main() -> None:
+        ex = _executor(folder, processes=2)
+        ex.spawn()
+        with pytest.raises(RuntimeFailure, match="boom at import"):
+            await ex.start(lambda: None)
+        await ex.close(0)
+
+    _run(main)
+
+
+def test_max_tasks_recycles_children_without_losing_jobs(write_app: Callable[[str, str], Path]) -> None:
+    """With max_tasks_per_child=5, jobs keep succeeding while successive child pids serve them."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        async with started(folder, capacity=1, max_tasks_per_child=5) as ex:
+            pids: list[int] = []
+            deadline = time.monotonic() + 30
+            i = 0
+            while len(set(pids)) < 3 and time.monotonic() < deadline:
+                i += 1
+                await eventually(lambda i=i: _true(ex.can_start(_job(i, "pid"))))
+                [out] = await ex.run(_job(i, "pid"), _ctl())
+                assert out.kind is OutcomeKind.SUCCESS
+                pids.append(int(out.result.split()[0]))
+            assert len(set(pids)) >= 3, pids
+            assert ex.restarts == 0  # recycling is not a crash
+
+    _run(main)
+
+
+def test_reload_serves_new_code_and_old_children_finish(write_app: Callable[[str, str], Path]) -> None:
+    """After reload(), new jobs run the changed module; a job running in an old child completes."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        async with started(folder) as ex:
+            old = asyncio.create_task(ex.run(_job("old", "wait"), _ctl()))
+            await eventually(lambda: _true(bool(ex.running)))
+            write_app("rtapp", APP.replace('VERSION = "v1"', 'VERSION = "v2"'))
+            assert await ex.reload()
+            [out] = await ex.run(_job(1, "pid"), _ctl())
+            assert out.result.endswith(b"v2")
+            assert not old.done()
+            ex.cancel("told", CancelReason.SERVER_CANCEL)
+            [out] = await old
+            assert out.cancelled
+
+    _run(main)
+
+
+def test_close_releases_jobs_that_ignore_the_drain(write_app: Callable[[str, str], Path]) -> None:
+    """close(grace) waits, then stops a stubborn job: RELEASED, cancelled, no child left."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        async with started(folder) as ex:
+            run = asyncio.create_task(ex.run(_job(1, "stubborn"), _ctl()))
+            await eventually(lambda: _true(bool(ex.running)))
+            await ex.close(0.2)
+            [out] = await run
+            assert (out.kind, out.cancelled) == (OutcomeKind.RELEASED, True)
+            assert all(c.popen is None or c.popen.poll() is not None for c in ex.children())
+
+    _run(main)
