@@ -2,7 +2,9 @@
 
 The socket is driven by an :class:`asyncio.Protocol` (no background tasks):
 ``data_received`` feeds the core, and every state change ends in
-:meth:`SessionStream._write_out`, the single place that writes to the socket.
+:meth:`SessionStream._write_out`, which schedules :meth:`SessionStream._write_now`, the single
+place that writes to the socket, once per event-loop iteration: all frames produced in one tick
+(e.g. a burst of Results answering a burst of Dispatches) leave in one ``send`` system call.
 Waiting callers (``recv``/``send``) are woken through per-waiter futures.
 """
 
@@ -11,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Any
-
-from google.protobuf.message import DecodeError
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._transport import _connect
@@ -61,7 +61,9 @@ class SessionStream:
         self._transport: asyncio.Transport | None = None
         self._waiters: list[asyncio.Future[None]] = []
         self._write_paused = False
-        self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._lost: asyncio.Future[None] = self._loop.create_future()
+        self._write_scheduled = False
         self._closed = False
         self.messages_sent = 0
         self.messages_received = 0
@@ -140,11 +142,8 @@ class SessionStream:
         if self._closed:
             return
         self._closed = True
-        if not self._core.connection_closed:
-            self._core.cancel()
-            self._write_out()
-        else:
-            self._core.cancel()
+        self._core.cancel()
+        self._write_now()  # RST_STREAM + GOAWAY go out before the close
         self._notify()
         transport = self._transport
         if transport is None:
@@ -179,9 +178,15 @@ class SessionStream:
 
     def _attach(self, transport: asyncio.Transport) -> None:
         self._transport = transport
-        self._write_out()
+        self._write_now()
 
     def _write_out(self) -> None:
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_now)
+
+    def _write_now(self) -> None:
+        self._write_scheduled = False
         data = self._core.data_to_send()
         transport = self._transport
         if data and transport is not None and not transport.is_closing():
@@ -220,7 +225,7 @@ def _parse(data: bytes) -> pb.ServerMessage:
     msg = pb.ServerMessage()
     try:
         msg.ParseFromString(data)
-    except DecodeError as exc:
+    except Exception as exc:  # protobuf's DecodeError (google.protobuf ships no type stubs)
         raise Internal(f"the server sent a message that is not a valid ServerMessage: {exc}") from None
     return msg
 
@@ -259,6 +264,7 @@ async def open_session(
     except (OSError, TimeoutError) as exc:
         raise _connect.connect_error(exc, target) from None
     _check_alpn(transport, target)
+    assert isinstance(transport, asyncio.Transport)
     stream._attach(transport)
     return stream
 
@@ -267,11 +273,8 @@ def _check_alpn(transport: asyncio.BaseTransport, target: _connect.Target) -> No
     ssl_obj = transport.get_extra_info("ssl_object")
     if ssl_obj is None:
         return
-    if ssl_obj.selected_alpn_protocol() != "h2":
-        transport.abort()
-        raise _connect.connect_error(
-            OSError(
-                f"the server did not negotiate HTTP/2 via ALPN (got {ssl_obj.selected_alpn_protocol()!r})"
-            ),
-            target,
-        )
+    alpn = ssl_obj.selected_alpn_protocol()
+    if alpn != "h2":
+        transport.close()
+        why = OSError(f"the server did not negotiate HTTP/2 via ALPN (got {alpn!r})")
+        raise _connect.connect_error(why, target)

@@ -97,17 +97,17 @@ class PeerConnection:
             self.sessions[sid] = session
             self._on_request(session)
         elif isinstance(event, h2.events.DataReceived):
-            session = self.sessions.get(event.stream_id or 0)
-            if session is not None:
-                session._on_data(event.data or b"", event.flow_controlled_length or 0)
+            found = self.sessions.get(event.stream_id or 0)
+            if found is not None:
+                found._on_data(event.data or b"", event.flow_controlled_length or 0)
         elif isinstance(event, h2.events.StreamEnded):
-            session = self.sessions.get(event.stream_id or 0)
-            if session is not None:
-                session.client_half_closed = True
+            found = self.sessions.get(event.stream_id or 0)
+            if found is not None:
+                found.client_half_closed = True
         elif isinstance(event, h2.events.StreamReset):
-            session = self.sessions.get(event.stream_id or 0)
-            if session is not None:
-                session.client_reset = int(event.error_code or 0)
+            found = self.sessions.get(event.stream_id or 0)
+            if found is not None:
+                found.client_reset = int(event.error_code or 0)
         elif isinstance(event, h2.events.PingAckReceived):
             fut = self._pings.pop(event.ping_data or b"", None)
             if fut is not None and not fut.done():
