@@ -1,25 +1,280 @@
-"""Producer and operator commands: enqueue, enqueue-batch, tasks, queues, sessions (filled in by the client work)."""
+"""Producer and operator commands: enqueue, enqueue-batch, tasks, queues, sessions.
+
+Thin: flags -> :mod:`conveyor_cli._client_options` -> :class:`~conveyor_sdk.client.SyncClient`
+-> :mod:`conveyor_cli._client_render`. User mistakes (bad JSON, bad option,
+unknown id, server down) print one ``error:`` line and exit 1, never a traceback.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
 import typer
+from rich.markup import escape
+
+from conveyor_cli import _common
+from conveyor_cli._client_batch import run_batch
+from conveyor_cli._client_options import parse_dependency, parse_metadata, parse_options
+from conveyor_cli._client_render import (
+    Output,
+    emit_json,
+    emit_queues,
+    emit_results,
+    emit_sessions,
+    emit_task,
+    emit_tasks,
+)
+from conveyor_sdk.client import SyncClient
+from conveyor_sdk.codecs import JSON, OCTET_STREAM
+from conveyor_sdk.errors import ConveyorError
+
+__all__ = ["register"]
 
 tasks = typer.Typer(help="Inspect and act on tasks.", no_args_is_help=True)
 queues = typer.Typer(help="List, pause and resume queues.", no_args_is_help=True)
 sessions = typer.Typer(help="List connected worker sessions.", no_args_is_help=True)
 
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table (default) or json.")]
+Server = _common.ServerOpt
+Token = _common.TokenOpt
+DEFAULT = _common.DEFAULT_SERVER
+Opt = typer.Option
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """One-line error; markup-escaped because server messages may contain brackets."""
+    _common.fail(escape(message), code)
+
+
+@contextlib.contextmanager
+def client_for(server: str, token: str | None) -> Iterator[SyncClient]:
+    """A SyncClient whose failures become one-line errors."""
+    try:
+        with SyncClient(server, token=token or None) as client:
+            yield client
+    except ConveyorError as exc:
+        fail(f"{exc.code.connect_name}: {exc.message}")
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
+
+
+def _payload(
+    json_text: str | None, data_file: Path | None, content_type: str | None
+) -> tuple[Any, str | None]:
+    if json_text is not None and data_file is not None:
+        fail("use --json or --data-file, not both")
+    if json_text is not None:
+        try:
+            return json.loads(json_text), content_type or JSON
+        except ValueError as exc:
+            fail(f"--json is not valid JSON: {exc}")
+    if data_file is not None:
+        try:
+            data = sys.stdin.buffer.read() if str(data_file) == "-" else data_file.read_bytes()
+        except OSError as exc:
+            fail(f"cannot read --data-file: {exc}")
+        return data, content_type or (JSON if data_file.suffix == ".json" else OCTET_STREAM)
+    return None, content_type
+
+
+def _retry_policy(strategy: str | None, base: str | None, cap: str | None) -> dict[str, Any] | None:
+    if strategy is None and base is None and cap is None:
+        return None
+    return {"strategy": strategy or "default", "base": base, "max": cap}
+
+
+def enqueue(  # noqa: PLR0917  # typer maps each option to one parameter
+    type_: Annotated[str, typer.Argument(metavar="TYPE", help="Task type (handler routing key).")],
+    json_text: Annotated[str | None, Opt("--json", help="Payload as a JSON document.")] = None,
+    data_file: Annotated[
+        Path | None, Opt("--data-file", help="Payload bytes from a file ('-' = stdin); *.json = JSON.")
+    ] = None,
+    content_type: Annotated[str | None, Opt("--content-type", help="Payload codec name.")] = None,
+    task_id: Annotated[str | None, Opt("--id", help="Client-assigned task id (idempotent).")] = None,
+    queue: Annotated[str | None, Opt("--queue", "-q", help="Queue (default: default).")] = None,
+    meta: Annotated[list[str] | None, Opt("--meta", help="Metadata key=value (repeatable).")] = None,
+    max_retry: Annotated[int | None, Opt("--max-retry", help="Retry budget (0 = server default).")] = None,
+    timeout: Annotated[str | None, Opt("--timeout", help="Per-attempt bound, e.g. 30s.")] = None,
+    deadline: Annotated[str | None, Opt("--deadline", help="ISO time after which it must not run.")] = None,
+    process_at: Annotated[str | None, Opt("--process-at", help="ISO due time.")] = None,
+    process_in: Annotated[str | None, Opt("--process-in", help="Delay, e.g. 5m.")] = None,
+    unique_key: Annotated[str | None, Opt("--unique-key", help="Uniqueness claim.")] = None,
+    unique_ttl: Annotated[str | None, Opt("--unique-ttl", help="Claim lifetime, e.g. 1h.")] = None,
+    priority: Annotated[int | None, Opt("--priority", "-p", help="1 (low) .. 9 (high).")] = None,
+    retention: Annotated[str | None, Opt("--retention", help="Keep completed row, e.g. 24h.")] = None,
+    group: Annotated[str | None, Opt("--group", help="Aggregation group key.")] = None,
+    expires_in: Annotated[str | None, Opt("--expires-in", help="Pre-dispatch TTL, e.g. 10m.")] = None,
+    expires_at: Annotated[str | None, Opt("--expires-at", help="Pre-dispatch expiry (ISO).")] = None,
+    depends_on: Annotated[
+        list[str] | None, Opt("--depends-on", help="ID[:block|cascade_cancel|continue] (repeatable).")
+    ] = None,
+    concurrency_key: Annotated[str | None, Opt("--concurrency-key", help="Concurrency cap key.")] = None,
+    retry_strategy: Annotated[str | None, Opt("--retry-strategy", help="exponential|linear|fixed.")] = None,
+    retry_base: Annotated[str | None, Opt("--retry-base", help="Backoff base, e.g. 2s.")] = None,
+    retry_max: Annotated[str | None, Opt("--retry-max", help="Backoff cap, e.g. 10m.")] = None,
+    output: OutputOpt = Output.table,
+    server: Server = DEFAULT,
+    token: Token = None,
+) -> None:
+    """Enqueue one task and print the committed TaskInfo."""
+    payload, ctype = _payload(json_text, data_file, content_type)
+    raw: dict[str, Any] = {
+        "task_id": task_id, "queue": queue, "content_type": ctype, "max_retry": max_retry,
+        "timeout": timeout, "deadline": deadline, "process_at": process_at, "process_in": process_in,
+        "unique_key": unique_key, "unique_ttl": unique_ttl, "priority": priority, "retention": retention,
+        "group": group, "expires_in": expires_in, "expires_at": expires_at,
+        "concurrency_key": concurrency_key,
+        "metadata": parse_metadata(meta) if meta else None,
+        "depends_on": [parse_dependency(d) for d in depends_on] if depends_on else None,
+        "retry_policy": _retry_policy(retry_strategy, retry_base, retry_max),
+    }  # fmt: skip
+    with client_for(server, token) as client:
+        options = parse_options({k: v for k, v in raw.items() if k != "depends_on"})
+        if raw["depends_on"]:
+            options["depends_on"] = raw["depends_on"]
+        emit_task(client.enqueue(type_, payload, **options), output)
+
+
+def enqueue_batch(  # noqa: PLR0917  # typer maps each option to one parameter
+    file: Annotated[Path, Opt("--file", "-f", help="JSONL: one task object per line ('-' = stdin).")],
+    tx: Annotated[bool, Opt("--tx", help="Atomic (EnqueueTx): all or nothing; at most 1000 lines.")] = False,
+    chunk: Annotated[int, Opt("--chunk-size", help="Tasks per request (1..1000).")] = 1000,
+    output: OutputOpt = Output.table,
+    server: Server = DEFAULT,
+    token: Token = None,
+) -> None:
+    """Enqueue tasks from a JSONL file in chunks of up to 1000 (progress bar for large files)."""
+    with client_for(server, token) as client:
+        failed = run_batch(client, file, tx=tx, chunk=chunk, output=output)
+    if failed:
+        fail(f"{failed} task(s) were not enqueued")
+
+
+@tasks.command("get")
+def tasks_get(
+    id: Annotated[str, typer.Argument(help="Task id.")],
+    output: OutputOpt = Output.table,
+    server: Server = DEFAULT,
+    token: Token = None,
+) -> None:
+    """Show one task."""
+    with client_for(server, token) as client:
+        emit_task(client.get_task(id), output)
+
+
+@tasks.command("ls")
+def tasks_ls(  # noqa: PLR0917  # typer maps each option to one parameter
+    queue: Annotated[str | None, Opt("--queue", "-q", help="Only this queue.")] = None,
+    state: Annotated[str | None, Opt("--state", "-s", help="pending, scheduled, archived, ...")] = None,
+    limit: Annotated[int, Opt("--limit", "-n", help="Page size (1..1000).")] = 50,
+    page_token: Annotated[str, Opt("--page-token", help="Continue after this id.")] = "",
+    all_pages: Annotated[bool, Opt("--all", help="Follow pages until the end.")] = False,
+    output: OutputOpt = Output.table,
+    server: Server = DEFAULT,
+    token: Token = None,
+) -> None:
+    """List tasks, newest first."""
+    with client_for(server, token) as client:
+        if all_pages:
+            emit_tasks(list(client.admin.iter_tasks(queue=queue, state=state, page_size=limit)), output)
+            return
+        page = client.admin.list_tasks(queue=queue, state=state, limit=limit, page_token=page_token)
+        emit_tasks(page.tasks, output)
+        if page.next_page_token and output is Output.table:
+            _common.err_console.print(f"more: --page-token {escape(page.next_page_token)}")
+
+
+def _action(name: str, help_text: str) -> None:
+    @tasks.command(name, help=help_text)
+    def command(
+        ids: Annotated[list[str], typer.Argument(help="One or more task ids.")],
+        output: OutputOpt = Output.table,
+        server: Server = DEFAULT,
+        token: Token = None,
+    ) -> None:
+        with client_for(server, token) as client:
+            if len(ids) == 1:
+                getattr(client.admin, f"{name}_task")(ids[0])
+                if output is Output.json:
+                    emit_json({"id": ids[0], "error": ""})
+                else:
+                    _common.err_console.print(f"{name}: {escape(ids[0])} ok")
+                return
+            results = client.admin.batch(name, ids)  # type: ignore[arg-type]  # name is one of the four
+            emit_results(results, output)
+        if any(r.error for r in results):
+            fail(f"{sum(1 for r in results if r.error)} of {len(results)} failed")
+
+
+for _name, _help in (
+    ("cancel", "Cancel waiting tasks (active ones get a best-effort Cancel)."),
+    ("run", "Make scheduled/retry/archived tasks due now."),
+    ("delete", "Delete tasks that are not active."),
+    ("archive", "Dead-letter waiting tasks."),
+):
+    _action(_name, _help)
+
+
+@tasks.command("reschedule")
+def tasks_reschedule(
+    id: Annotated[str, typer.Argument(help="Task id.")],
+    at: Annotated[str | None, Opt("--at", help="New ISO due time.")] = None,
+    in_: Annotated[str | None, Opt("--in", help="New delay from now, e.g. 10m.")] = None,
+    server: Server = DEFAULT,
+    token: Token = None,
+) -> None:
+    """Move a waiting task to a new due time (exactly one of --at / --in)."""
+    with client_for(server, token) as client:
+        options = parse_options({"process_at": at, "process_in": in_})
+        client.admin.reschedule_task(
+            id, process_at=options.get("process_at"), process_in=options.get("process_in")
+        )
+        _common.err_console.print(f"rescheduled {escape(id)}")
+
+
+@queues.command("ls")
+def queues_ls(output: OutputOpt = Output.table, server: Server = DEFAULT, token: Token = None) -> None:
+    """List queues with per-state counts."""
+    with client_for(server, token) as client:
+        emit_queues(client.admin.list_queues(), output)
+
+
+@queues.command("pause")
+def queues_pause(
+    queue: Annotated[str, typer.Argument()], server: Server = DEFAULT, token: Token = None
+) -> None:
+    """Stop dispatching from a queue."""
+    with client_for(server, token) as client:
+        client.admin.pause_queue(queue)
+        _common.err_console.print(f"paused {escape(queue)}")
+
+
+@queues.command("resume")
+def queues_resume(
+    queue: Annotated[str, typer.Argument()], server: Server = DEFAULT, token: Token = None
+) -> None:
+    """Resume dispatching from a queue."""
+    with client_for(server, token) as client:
+        client.admin.resume_queue(queue)
+        _common.err_console.print(f"resumed {escape(queue)}")
+
+
+@sessions.command("ls")
+def sessions_ls(output: OutputOpt = Output.table, server: Server = DEFAULT, token: Token = None) -> None:
+    """List worker sessions connected to the server."""
+    with client_for(server, token) as client:
+        emit_sessions(client.admin.list_sessions(), output)
+
 
 def register(app: typer.Typer) -> None:
     """Add the producer/operator commands to ``app``."""
-
-    @app.command("enqueue", help="Enqueue one task.")
-    def enqueue() -> None:
-        raise typer.Exit(2)
-
-    @app.command("enqueue-batch", help="Enqueue tasks from a JSONL file.")
-    def enqueue_batch() -> None:
-        raise typer.Exit(2)
-
+    app.command("enqueue", help="Enqueue one task.")(enqueue)
+    app.command("enqueue-batch", help="Enqueue tasks from a JSONL file.")(enqueue_batch)
     app.add_typer(tasks, name="tasks")
     app.add_typer(queues, name="queues")
     app.add_typer(sessions, name="sessions")
