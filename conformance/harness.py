@@ -39,7 +39,7 @@ SHORT_TIMINGS = (
 
 def default_worker_cmd() -> list[str]:
     """``conveyor conformance worker`` run with this interpreter."""
-    return [sys.executable, "-m", "conveyor_cli", "conformance", "worker"]
+    return [sys.executable, "-m", "conveyor_conformance.worker_program"]
 
 
 async def probe_facts(url: str, token: str | None, protocol: str = "grpc") -> ServerFacts:

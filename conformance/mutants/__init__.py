@@ -3,4 +3,6 @@
 * :mod:`.raw_worker` — a compact worker written straight on the session
   transport that implements the environment contract; ``MUTATION`` breaks one
   rule at a time (``none`` is the faithful reference).
+* :mod:`.server_no_credits` — the reference server patched to hand out more
+  dispatches than Hello.concurrency.
 """

@@ -62,11 +62,26 @@ class RawWorker:
         self.sess: Any = None
         self.draining = False
         self.lease_ttl = 60.0
+        self.serving = False
 
     async def run(self) -> int:
         """Serve until SIGTERM (exit 0) or a fatal error (exit 3)."""
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, self.stopping.set)
+        main = asyncio.current_task()
+        assert main is not None
+
+        def on_term() -> None:
+            self.stopping.set()
+            if not self.serving:  # connecting or waiting for Welcome: nothing to drain
+                main.cancel()
+
+        loop.add_signal_handler(signal.SIGTERM, on_term)
+        try:
+            return await self._loop()
+        except asyncio.CancelledError:
+            return 0
+
+    async def _loop(self) -> int:
         failures = 0
         while not self.stopping.is_set():
             err = await self._session_once()
@@ -108,6 +123,7 @@ class RawWorker:
                 await self.sess.aclose()
 
     async def _serve(self, interval: float) -> None:
+        self.serving = True
         beat = asyncio.ensure_future(self._heartbeats(interval))
         reader = asyncio.ensure_future(self._read())
         stop = asyncio.ensure_future(self.stopping.wait())
@@ -123,6 +139,7 @@ class RawWorker:
             await asyncio.gather(beat, reader, stop, *self.jobs.values(), return_exceptions=True)
             self.jobs.clear()
             self.inflight.clear()
+            self.serving = False
 
     async def _drain(self, reader: asyncio.Task[None]) -> None:
         self.draining = True
@@ -130,7 +147,7 @@ class RawWorker:
             os._exit(0)
         jobs = list(self.jobs.values())
         if jobs:
-            await asyncio.wait(jobs, timeout=10)
+            await asyncio.wait(jobs, timeout=4)
         for task_id, job in list(self.jobs.items()):
             job.cancel()
             outcome = RETRY if self.mutation == "retry-on-drain" else RELEASED

@@ -1,0 +1,168 @@
+"""Drive a worker program against a ScriptedPeer: the peer plays the server frame by frame."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from conveyor_conformance.checks._common import dur, ts
+from conveyor_conformance.checks._procs import WorkerProcess, start_worker
+from conveyor_conformance.context import CheckContext
+from conveyor_conformance.model import CheckFailed
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+
+__all__ = ["Conversation", "Seen", "open_conversation"]
+
+
+@dataclass(slots=True)
+class Seen:
+    """Frames the worker sent, with arrival times (monotonic)."""
+
+    frames: list[tuple[float, pb.WorkerMessage]] = field(default_factory=list)
+    closed: bool = False
+
+    def of(self, kind: str) -> list[tuple[float, pb.WorkerMessage]]:
+        """Frames of one oneof kind."""
+        return [(t, m) for t, m in self.frames if m.WhichOneof("frame") == kind]
+
+    def results(self) -> dict[str, list[pb.Result]]:
+        """Every Result (single or inside BatchResult) by task id."""
+        out: dict[str, list[pb.Result]] = {}
+        for _, m in self.frames:
+            kind = m.WhichOneof("frame")
+            items = (
+                [m.result]
+                if kind == "result"
+                else list(m.batch_result.results)
+                if kind == "batch_result"
+                else []
+            )
+            for r in items:
+                out.setdefault(r.task_id, []).append(r)
+        return out
+
+
+class Conversation:
+    """One accepted session stream with a background reader collecting frames."""
+
+    def __init__(self, ctx: CheckContext, peer: object, proc: WorkerProcess) -> None:
+        self.ctx = ctx
+        self.peer = peer
+        self.proc = proc
+        self.sess: object = None
+        self.hello: pb.Hello | None = None
+        self.seen = Seen()
+        self._reader: asyncio.Task[None] | None = None
+
+    async def accept(self, within: float = 30.0) -> pb.Hello:
+        """Accept the next stream and read its first frame (must be Hello)."""
+        try:
+            self.sess = await self.peer.accept(timeout=within)  # type: ignore[attr-defined]
+        except TimeoutError:
+            raise CheckFailed(
+                f"the worker opened no session within {within:g}s; {self.proc.tail()}"
+            ) from None
+        first = await self.sess.recv(timeout=within)  # type: ignore[attr-defined]
+        if first is None or first.WhichOneof("frame") != "hello":
+            kind = None if first is None else first.WhichOneof("frame")
+            raise CheckFailed(f"first frame was {kind}, not Hello")
+        self.hello = first.hello
+        return first.hello
+
+    async def welcome(self, *, heartbeat: float = 0.3, lease: float = 60.0) -> None:
+        """Send Welcome and start collecting frames."""
+        w = pb.Welcome(
+            session_id="01J0CONFORMANCE0PEER000000",
+            lease_ttl=dur(lease),
+            heartbeat_interval=dur(heartbeat),
+            server_version="v0.0.0-conformance",
+            min_sdk_version="v0.0.0-0",
+        )
+        await self.send(pb.ServerMessage(welcome=w))
+        self._reader = asyncio.ensure_future(self._read())
+        self.ctx.on_close(self._stop_reader)
+
+    async def _read(self) -> None:
+        while True:
+            msg = await self.sess.recv(timeout=3600)  # type: ignore[attr-defined]
+            if msg is None:
+                self.seen.closed = True
+                return
+            self.seen.frames.append((time.monotonic(), msg))
+
+    async def _stop_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+
+    async def send(self, msg: pb.ServerMessage) -> None:
+        """Send one server frame."""
+        await self.sess.send(msg)  # type: ignore[attr-defined]
+
+    async def dispatch(
+        self,
+        task_id: str,
+        type_: str = "conformance:task",
+        *,
+        deadline_in: float = 60.0,
+        payload: bytes = b"",
+        content_type: str = "application/json",
+    ) -> None:
+        """Send a Dispatch for one task."""
+        env = tpb.TaskEnvelope(
+            id=task_id,
+            queue=self.ctx.queue,
+            type=type_,
+            payload=payload,
+            content_type=content_type,
+            retried=0,
+        )
+        await self.send(
+            pb.ServerMessage(dispatch=pb.Dispatch(task=env, deadline=ts(time.time() + deadline_in)))
+        )
+
+    async def batch(
+        self, ids: list[str], type_: str = "conformance:batch", deadline_in: float = 60.0
+    ) -> None:
+        """Send a BatchDispatch of ``ids`` in group 'g'."""
+        tasks = [
+            tpb.TaskEnvelope(id=i, queue=self.ctx.queue, type=type_, content_type="application/json")
+            for i in ids
+        ]
+        bd = pb.BatchDispatch(tasks=tasks, deadline=ts(time.time() + deadline_in), group="g")
+        await self.send(pb.ServerMessage(batch_dispatch=bd))
+
+    async def until(self, pred: Callable[[Seen], bool], what: str, within: float = 10.0) -> None:
+        """Wait until ``pred(seen)``; CheckFailed naming ``what`` otherwise."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.ctx.t(within)
+        while not pred(self.seen):
+            if loop.time() > end:
+                kinds = [m.WhichOneof("frame") for _, m in self.seen.frames]
+                raise CheckFailed(
+                    f"no {what} within {within:g}s; worker sent {kinds[-12:]}; {self.proc.tail(3)}"
+                )
+            await asyncio.sleep(0.02)
+
+
+async def open_conversation(
+    ctx: CheckContext,
+    *,
+    sleep_ms: int = 0,
+    concurrency: int = 2,
+    extra: dict[str, str] | None = None,
+    protocol: str = "grpc",
+    require_token: str | None = None,
+) -> Conversation:
+    """Start a ScriptedPeer and the worker program pointed at it."""
+    from conveyor_sdk.testing import ScriptedPeer
+
+    peer = ScriptedPeer(protocol, require_token=require_token)
+    await peer.__aenter__()
+    ctx.on_close(peer.aclose)
+    env = {"CONCURRENCY": str(concurrency), **(extra or {})}
+    proc = await start_worker(ctx, addr=peer.url, sleep_ms=sleep_ms, extra=env)
+    return Conversation(ctx, peer, proc)
