@@ -50,7 +50,9 @@ class EmbeddedServer:
         """Spawn, wait for the listening line, return the URL."""
         cmd = [sys.executable, "-c", _BOOT, "--dev", "--host", "127.0.0.1", "--port", "0", *self.args]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, process_group=0
+        )
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + self.start_timeout

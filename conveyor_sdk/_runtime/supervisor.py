@@ -17,7 +17,6 @@ SIGHUP -> graceful reload (fresh children take new work, old ones finish theirs)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import sys
@@ -162,7 +161,7 @@ class Supervisor:
             self.embedded.stop()
 
     def _make_worker(self) -> Any:
-        from conveyor_sdk.worker import Worker
+        from conveyor_sdk._worker.runner import Worker
 
         cfg = self.config
         return Worker(
@@ -285,5 +284,4 @@ class Supervisor:
             return
         if fast and self.executor is not None:
             self.executor.abort("fast shutdown")
-        with contextlib.suppress(Exception):
-            self.worker.stop(grace=0.0 if fast else self.config.grace)
+        self.worker.stop(immediate=fast)
