@@ -1,0 +1,156 @@
+"""End to end over a real server on port 0: unary RPCs via connectrpc, sessions via the SDK transport."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from connectrpc.errors import ConnectError
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk._gen.conveyor.v1.service_connect import AdminServiceClientSync, TaskServiceClientSync
+from conveyor_sdk._transport import TransportOptions, open_session
+from conveyor_sdk.errors import Code, ConveyorError
+from conveyor_server_min.testing import ServerProcess
+from tests._util import wait_until
+from tests.conftest import FAST_ARGS
+
+S = tpb.TaskState
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    """One fast-timing dev server for the module; it must exit 0 on SIGTERM."""
+    proc = ServerProcess(FAST_ARGS)
+    proc.start()
+    yield proc.url
+    code = proc.stop()
+    if proc.proc is not None and proc.proc.stdout is not None:
+        proc.proc.stdout.close()  # ServerProcess leaves its pipe open (ResourceWarning under -W error)
+    assert code == 0, "".join(proc.output[-20:])
+
+
+@pytest.fixture(scope="module")
+def tasks(url: str) -> TaskServiceClientSync:
+    return TaskServiceClientSync(url, send_compression=None)
+
+
+def _state(tasks: TaskServiceClientSync, task_id: str) -> int:
+    return tasks.get_task(pb.GetTaskRequest(id=task_id)).task.state
+
+
+def test_unary_task_service_round_trip(tasks: TaskServiceClientSync, url: str) -> None:
+    """Enqueue/GetTask work over Connect; errors arrive with the right codes and messages."""
+    info = tasks.enqueue(pb.EnqueueRequest(type="e2e", queue="unary", payload=b"{}")).task
+    assert info.state == S.TASK_STATE_PENDING
+    assert tasks.get_task(pb.GetTaskRequest(id=info.id)).task.payload == b"{}"
+    with pytest.raises(ConnectError) as missing:
+        tasks.get_task(pb.GetTaskRequest(id="missing"))
+    assert missing.value.code.name == "NOT_FOUND"
+    with pytest.raises(ConnectError) as invalid:
+        tasks.enqueue(pb.EnqueueRequest(type="t", priority=11))
+    assert invalid.value.code.name == "INVALID_ARGUMENT"
+    assert "priority must be in 0..9, got 11" in str(invalid.value)
+    with pytest.raises(ConnectError) as dup:
+        tasks.enqueue(pb.EnqueueRequest(type="t", task_id=info.id))
+    assert dup.value.code.name == "ALREADY_EXISTS"
+    admin = AdminServiceClientSync(url, send_compression=None)
+    queues = {q.name: q for q in admin.list_queues(pb.ListQueuesRequest()).queues}
+    assert queues["unary"].pending == 1
+
+
+async def _open(url: str, protocol: str, queue: str, **hello: object) -> tuple[object, pb.Welcome]:
+    stream = await open_session(url, TransportOptions(protocol=protocol))  # type: ignore[arg-type]
+    await stream.send(pb.WorkerMessage(hello=pb.Hello(queues={queue: 1}, concurrency=2, **hello)))  # type: ignore[arg-type]
+    first = await stream.recv()
+    assert first is not None and first.WhichOneof("frame") == "welcome", first
+    return stream, first.welcome
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "connect"])
+def test_session_dispatch_and_result(tasks: TaskServiceClientSync, url: str, protocol: str) -> None:
+    """A worker session gets Welcome then Dispatch, and its SUCCESS Result completes the task."""
+    queue = f"sess-{protocol}"
+    info = tasks.enqueue(pb.EnqueueRequest(type="e2e", queue=queue, retention={"seconds": 60})).task
+
+    async def main() -> None:
+        stream, welcome = await _open(url, protocol, queue)
+        assert welcome.lease_ttl.ToNanoseconds() == 2_000_000_000
+        msg = await stream.recv()
+        assert msg is not None and msg.dispatch.task.id == info.id
+        await stream.send(
+            pb.WorkerMessage(result=pb.Result(task_id=info.id, outcome=pb.TASK_OUTCOME_SUCCESS))
+        )
+        await asyncio.to_thread(wait_until, lambda: _state(tasks, info.id) == S.TASK_STATE_COMPLETED, 10)
+        await stream.close_send()
+        assert await stream.recv() is None
+        await stream.aclose()
+
+    asyncio.run(main())
+
+
+def test_disconnect_releases_and_lease_expiry_charges_a_retry(tasks: TaskServiceClientSync, url: str) -> None:
+    """A dropped connection releases its task (no retry); an unheartbeated lease expires into RETRY."""
+    info = tasks.enqueue(pb.EnqueueRequest(type="e2e", queue="leases")).task
+
+    async def main() -> None:
+        stream, _ = await _open(url, "grpc", "leases")
+        assert (await stream.recv()).dispatch.task.id == info.id  # type: ignore[union-attr]
+        await stream.aclose()
+        await asyncio.to_thread(wait_until, lambda: _state(tasks, info.id) == S.TASK_STATE_PENDING, 10)
+        assert tasks.get_task(pb.GetTaskRequest(id=info.id)).task.retried == 0
+        stream, _ = await _open(url, "grpc", "leases")
+        assert (await stream.recv()).dispatch.task.id == info.id  # type: ignore[union-attr]
+
+        def expired() -> bool:
+            task = tasks.get_task(pb.GetTaskRequest(id=info.id)).task
+            return task.retried == 1 and task.last_error == "lease expired"
+
+        await asyncio.to_thread(wait_until, expired, 15)
+        await stream.aclose()
+
+    asyncio.run(main())
+
+
+def test_invalid_hello_fails_the_stream(url: str) -> None:
+    """A Hello with concurrency 0 ends the stream with invalid_argument and the upstream message."""
+
+    async def main() -> None:
+        stream = await open_session(url, TransportOptions())
+        await stream.send(pb.WorkerMessage(hello=pb.Hello(queues={"q": 1}, concurrency=0)))
+        with pytest.raises(ConveyorError) as exc:
+            await stream.recv()
+        assert exc.value.code is Code.INVALID_ARGUMENT
+        assert "concurrency must be positive, got 0" in exc.value.message
+        await stream.aclose()
+
+    asyncio.run(main())
+
+
+def test_groups_and_scheduled_tasks_use_the_real_timers(tasks: TaskServiceClientSync, url: str) -> None:
+    """The sweeper fires a group as one BatchDispatch and the promoter releases a scheduled task."""
+    members = [
+        tasks.enqueue(pb.EnqueueRequest(type="agg", queue="timers", group="g")).task.id for _ in range(2)
+    ]
+    later = tasks.enqueue(
+        pb.EnqueueRequest(type="plain", queue="timers", process_in={"nanos": 300_000_000})
+    ).task
+    assert later.state == S.TASK_STATE_SCHEDULED
+
+    async def main() -> None:
+        stream, _ = await _open(url, "grpc", "timers", batch_types=["agg"])
+        kinds: dict[str, list[str]] = {}
+        async with asyncio.timeout(15):
+            while len(kinds) < 2:
+                msg = await stream.recv()
+                assert msg is not None
+                if msg.WhichOneof("frame") == "batch_dispatch":
+                    kinds["batch"] = [t.id for t in msg.batch_dispatch.tasks]
+                elif msg.WhichOneof("frame") == "dispatch":
+                    kinds["single"] = [msg.dispatch.task.id]
+        assert kinds == {"batch": members, "single": [later.id]}
+        await stream.aclose()
+
+    asyncio.run(main())
