@@ -221,6 +221,11 @@ class SessionCore:
         return data
 
     @property
+    def remote_ended(self) -> bool:
+        """True once the server closed its side of the stream (END_STREAM or RST_STREAM)."""
+        return self._remote_ended
+
+    @property
     def unread(self) -> int:
         """Number of complete messages queued for the application."""
         return len(self._messages)
@@ -293,11 +298,9 @@ class SessionCore:
             self._unacked += size
             self._ack()
             return
-        if self.finished:
+        if self.finished:  # the outcome is known; later data is dropped (but its window returned)
             self._unacked += size
             self._ack()
-            if self.protocol == "connect" and data and self.error is None:
-                self._fail(Internal("the server sent data after the Connect end-of-stream message"))
             return
         self._unacked += size
         try:
@@ -314,6 +317,7 @@ class SessionCore:
                 self._queued_bytes += len(frame.data) + 5
             elif self.protocol == "connect" and frame.end_stream:
                 self._on_connect_end(frame.data)
+                break  # anything after the end-of-stream message is ignored: the outcome stands
             else:
                 self._fail_stream(
                     Internal(f"the server sent a message with unknown flags 0x{frame.flags:02x}")
@@ -349,6 +353,7 @@ class SessionCore:
     def _on_reset(self, event: h2.events.Event) -> None:
         assert isinstance(event, h2.events.StreamReset)
         self.send_closed = True
+        self._remote_ended = True
         if not self.finished:
             self._finish(_status.reset_error(int(event.error_code or 0)))
 

@@ -132,7 +132,7 @@ class SessionStream:
             return
         core.close_send()
         self._write_out()
-        while not core.send_closed and not core.connection_closed:
+        while not (core.send_closed or core.connection_closed or core.remote_ended):
             await self._wait()
         if not core.send_closed and core.error is not None:
             raise core.error
