@@ -89,7 +89,7 @@ def check(
     family = Family(id.split(".", 1)[0])
 
     def register(fn: CheckFn) -> CheckFn:
-        (registry or _DEFAULT).add(
+        (registry if registry is not None else _DEFAULT).add(
             Check(
                 id=id,
                 section=section,
