@@ -102,8 +102,8 @@ def _result_dict(r: EnqueueResult) -> dict[str, Any]:
 
 def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
     table = Table(title=title, title_justify="left")
-    for col in columns:
-        table.add_column(col)
+    for index, col in enumerate(columns):  # keep ids whole; let other columns fold instead of "…"
+        table.add_column(col, no_wrap=index == 0, overflow="fold")
     for row in rows:
         table.add_row(*(escape("" if v is None else str(v)) for v in row))
     return table

@@ -123,20 +123,18 @@ def enqueue(  # noqa: PLR0917  # typer maps each option to one parameter
 ) -> None:
     """Enqueue one task and print the committed TaskInfo."""
     payload, ctype = _payload(json_text, data_file, content_type)
-    raw: dict[str, Any] = {
-        "task_id": task_id, "queue": queue, "content_type": ctype, "max_retry": max_retry,
-        "timeout": timeout, "deadline": deadline, "process_at": process_at, "process_in": process_in,
-        "unique_key": unique_key, "unique_ttl": unique_ttl, "priority": priority, "retention": retention,
-        "group": group, "expires_in": expires_in, "expires_at": expires_at,
-        "concurrency_key": concurrency_key,
-        "metadata": parse_metadata(meta) if meta else None,
-        "depends_on": [parse_dependency(d) for d in depends_on] if depends_on else None,
-        "retry_policy": _retry_policy(retry_strategy, retry_base, retry_max),
-    }  # fmt: skip
     with client_for(server, token) as client:
-        options = parse_options({k: v for k, v in raw.items() if k != "depends_on"})
-        if raw["depends_on"]:
-            options["depends_on"] = raw["depends_on"]
+        raw: dict[str, Any] = {
+            "task_id": task_id, "queue": queue, "content_type": ctype, "max_retry": max_retry,
+            "timeout": timeout, "deadline": deadline, "process_at": process_at, "process_in": process_in,
+            "unique_key": unique_key, "unique_ttl": unique_ttl, "priority": priority, "retention": retention,
+            "group": group, "expires_in": expires_in, "expires_at": expires_at,
+            "concurrency_key": concurrency_key, "metadata": parse_metadata(meta) if meta else None,
+            "retry_policy": _retry_policy(retry_strategy, retry_base, retry_max),
+        }  # fmt: skip
+        options = parse_options(raw)
+        if depends_on:
+            options["depends_on"] = [parse_dependency(d) for d in depends_on]
         emit_task(client.enqueue(type_, payload, **options), output)
 
 
