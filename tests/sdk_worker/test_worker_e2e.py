@@ -1,0 +1,289 @@
+"""The asyncio Worker against the real reference server: the protocol §9 checklist end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from conveyor_sdk.client import Client
+from conveyor_sdk.errors import InvalidArgument, Unauthenticated
+from conveyor_sdk.types import RetryPolicy, TaskState
+from conveyor_sdk.worker import CancelReason, Registry, SkipRetry, TaskContext, TaskData, Worker
+from conveyor_server_min.testing import ServerProcess
+from tests._util import eventually
+from tests.sdk_worker._helpers import FAST_ARGS, KEEP, running, wait_state
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "connect"])
+def test_outcome_mapping_end_to_end(server_url: str, protocol: str) -> None:
+    """SUCCESS completes, SkipRetry archives, exceptions and SystemExit retry until exhausted."""
+    reg = Registry()
+    reg.handler("ok")(lambda t, c: b"result")
+
+    @reg.handler("skip")
+    def skip(task: TaskData, ctx: TaskContext) -> None:
+        raise SkipRetry("bad input")
+
+    @reg.handler("boom")
+    async def boom(task: TaskData, ctx: TaskContext) -> None:
+        raise ValueError("nope")
+
+    @reg.handler("exit")
+    def exit_(task: TaskData, ctx: TaskContext) -> None:
+        raise SystemExit(3)
+
+    async def main() -> None:
+        async with Client(server_url) as client, running(Worker(server_url, protocol=protocol), reg):
+            ok = await client.enqueue("ok", b"", **KEEP)
+            skip = await client.enqueue("skip", b"", **KEEP)
+            boom = await client.enqueue("boom", b"", max_retry=1, retry_policy=_fast_retry(), **KEEP)
+            ex = await client.enqueue("exit", b"", max_retry=1, retry_policy=_fast_retry(), **KEEP)
+            await wait_state(client, ok.id, TaskState.COMPLETED)
+            info = await wait_state(client, skip.id, TaskState.ARCHIVED)
+            assert info.last_error == "bad input" and info.retried == 0
+            info = await wait_state(client, boom.id, TaskState.ARCHIVED)
+            assert "ValueError: nope" in info.last_error and info.retried == 1
+            info = await wait_state(client, ex.id, TaskState.ARCHIVED)
+            assert "SystemExit: 3" in info.last_error
+
+    asyncio.run(main())
+
+
+def _fast_retry() -> RetryPolicy:
+    return RetryPolicy(base=0.05, max=0.1)
+
+
+def test_concurrency_gate_and_all_results(server_url: str) -> None:
+    """No more than `concurrency` handlers run at once and every task completes."""
+    reg = Registry()
+    active = {"now": 0, "max": 0}
+
+    @reg.handler("work")
+    async def work(task: TaskData, ctx: TaskContext) -> None:
+        active["now"] += 1
+        active["max"] = max(active["max"], active["now"])
+        await asyncio.sleep(0.2)
+        active["now"] -= 1
+
+    async def main() -> None:
+        async with Client(server_url) as client, running(Worker(server_url, concurrency=3), reg):
+            ids = [(await client.enqueue("work", b"", **KEEP)).id for _ in range(12)]
+            for tid in ids:
+                await wait_state(client, tid, TaskState.COMPLETED)
+        assert 1 <= active["max"] <= 3
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_long_handler_under_short_lease_keeps_retried_zero(server_url: str, kind: str) -> None:
+    """A 5 s handler under a 2 s lease completes with retried == 0 (heartbeats move the lease)."""
+    reg = Registry()
+
+    if kind == "async":
+
+        @reg.handler("long")
+        async def long_async(task: TaskData, ctx: TaskContext) -> bytes:
+            await asyncio.sleep(5)
+            return b"done"
+    else:
+
+        @reg.handler("long")
+        def long_sync(task: TaskData, ctx: TaskContext) -> bytes:
+            assert not ctx.wait_cancelled(5)
+            return b"done"
+
+    async def main() -> None:
+        async with Client(server_url) as client, running(Worker(server_url), reg):
+            info = await client.enqueue("long", b"", **KEEP)
+            done = await wait_state(client, info.id, TaskState.COMPLETED, timeout=40)
+            assert done.retried == 0 and done.last_error == ""
+
+    asyncio.run(main())
+
+
+def test_group_batch_under_short_lease_keeps_retried_zero(server_url: str) -> None:
+    """A 3-member group is one batch call (one slot); a 3 s batch under a 2 s lease keeps retried 0."""
+    reg = Registry()
+    calls: list[tuple[str, ...]] = []
+
+    @reg.batch_handler("agg")
+    async def agg(tasks: list[TaskData], ctx: TaskContext) -> dict[str, Any]:
+        calls.append(ctx.ids)
+        assert ctx.is_batch and ctx.group == "g1"
+        await asyncio.sleep(3)
+        return {tasks[1].id: SkipRetry("second is bad")}
+
+    async def main() -> None:
+        async with Client(server_url) as client, running(Worker(server_url, concurrency=1), reg):
+            ids = [(await client.enqueue("agg", b"", group="g1", **KEEP)).id for _ in range(3)]
+            a = await wait_state(client, ids[0], TaskState.COMPLETED, timeout=40)
+            b = await wait_state(client, ids[1], TaskState.ARCHIVED, timeout=40)
+            c = await wait_state(client, ids[2], TaskState.COMPLETED, timeout=40)
+            assert (a.retried, b.retried, c.retried) == (0, 0, 0)
+            assert b.last_error == "second is bad"
+        assert calls == [tuple(ids)]
+
+    asyncio.run(main())
+
+
+def test_task_timeout_cancels_with_deadline_reason(server_url: str) -> None:
+    """A handler running past start + timeout is cancelled (DEADLINE) and the task retries."""
+    reg = Registry()
+    reasons: list[CancelReason | None] = []
+
+    @reg.handler("stuck")
+    async def stuck(task: TaskData, ctx: TaskContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        finally:
+            reasons.append(ctx.cancel_reason)
+
+    async def main() -> None:
+        async with Client(server_url) as client, running(Worker(server_url), reg):
+            info = await client.enqueue(
+                "stuck", b"", timeout=1, max_retry=1, retry_policy=_fast_retry(), **KEEP
+            )
+            t0 = time.monotonic()
+            done = await wait_state(client, info.id, TaskState.ARCHIVED)
+            assert done.last_error == "retries exhausted: deadline exceeded" and done.retried == 1
+            assert time.monotonic() - t0 < 20
+        assert reasons == [CancelReason.DEADLINE, CancelReason.DEADLINE]
+
+    asyncio.run(main())
+
+
+def test_admin_cancel_reaches_running_handler(server_url: str) -> None:
+    """Admin CancelTask on an ACTIVE task -> Cancel frame -> handler cancelled (SERVER_CANCEL)."""
+    reg = Registry()
+    started = threading.Event()
+    reasons: list[CancelReason | None] = []
+
+    @reg.handler("victim")
+    def victim(task: TaskData, ctx: TaskContext) -> None:
+        started.set()
+        ctx.wait_cancelled(30)
+        reasons.append(ctx.cancel_reason)
+        ctx.raise_if_cancelled()
+
+    async def main() -> None:
+        async with Client(server_url) as client, running(Worker(server_url), reg):
+            info = await client.enqueue("victim", b"", **KEEP)
+            await asyncio.get_running_loop().run_in_executor(None, started.wait, 20)
+            await client.admin.cancel_task(info.id)
+            done = await wait_state(client, info.id, TaskState.ARCHIVED)
+            assert "canceled by server" in done.last_error
+        assert reasons == [CancelReason.SERVER_CANCEL]
+
+    asyncio.run(main())
+
+
+def test_progress_reaches_the_server(server_url: str) -> None:
+    """report_progress from a sync handler thread is sent (coalesced) and visible via GetTask."""
+    reg = Registry()
+    gate = threading.Event()
+
+    @reg.handler("prog")
+    def prog(task: TaskData, ctx: TaskContext) -> None:
+        for pct in range(0, 61, 10):
+            ctx.report_progress(pct, f"at {pct}")
+        gate.wait(30)
+
+    async def main() -> None:
+        async with Client(server_url) as client, running(Worker(server_url, progress_interval=0.2), reg):
+            info = await client.enqueue("prog", b"", **KEEP)
+
+            async def seen() -> bool:
+                t = await client.get_task(info.id)
+                return t.progress == 60 and t.progress_message == "at 60"
+
+            await eventually(seen, timeout=20)
+            gate.set()
+            await wait_state(client, info.id, TaskState.COMPLETED)
+
+    asyncio.run(main())
+
+
+def test_drain_finishes_in_flight_then_returns(server_url: str) -> None:
+    """stop() during a task: it finishes within grace and reports its real outcome; run() returns."""
+    reg = Registry()
+    started = asyncio.Event()
+
+    @reg.handler("job")
+    async def job(task: TaskData, ctx: TaskContext) -> bytes:
+        started.set()
+        await asyncio.sleep(1)
+        return b"finished"
+
+    async def main() -> None:
+        worker = Worker(server_url, grace=20)
+        async with Client(server_url) as client:
+            async with running(worker, reg) as task:
+                info = await client.enqueue("job", b"", **KEEP)
+                await asyncio.wait_for(started.wait(), 20)
+                worker.stop()
+                await asyncio.wait_for(task, 20)
+            done = await wait_state(client, info.id, TaskState.COMPLETED)
+            assert done.retried == 0
+            assert worker.statistics()["results"] == {"SUCCESS": 1}
+
+    asyncio.run(main())
+
+
+def test_drain_grace_end_releases_without_retry(server_url: str) -> None:
+    """A task still running at grace end is cancelled (DRAIN) and RELEASED: retried stays 0."""
+    reg = Registry()
+    started = asyncio.Event()
+    reasons: list[CancelReason | None] = []
+
+    @reg.handler("slow")
+    async def slow(task: TaskData, ctx: TaskContext) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        finally:
+            reasons.append(ctx.cancel_reason)
+
+    async def main() -> None:
+        worker = Worker(server_url, grace=0.5)
+        async with Client(server_url) as client:
+            async with running(worker, reg):
+                info = await client.enqueue("slow", b"", **KEEP)
+                await asyncio.wait_for(started.wait(), 20)
+            after = await client.get_task(info.id)
+            assert after.state == TaskState.PENDING and after.retried == 0
+        assert reasons == [CancelReason.DRAIN]
+        assert worker.statistics()["results"] == {"RELEASED": 1}
+
+    asyncio.run(main())
+
+
+def test_zero_weight_refused_locally() -> None:
+    """A zero queue weight (or bad name/concurrency) raises InvalidArgument at construction, no dialing."""
+    for kwargs in ({"queues": {"q": 0}}, {"queues": {"bad name": 1}}, {"concurrency": 0}, {"queues": {}}):
+        with pytest.raises(InvalidArgument):
+            Worker("http://127.0.0.1:9", **kwargs)  # type: ignore[arg-type]
+
+
+def test_unauthenticated_is_fatal(server_factory: Callable[..., ServerProcess]) -> None:
+    """A wrong token ends run() with Unauthenticated after a single attempt (no reconnect loop)."""
+    srv = server_factory(["--token", "s3cret", *FAST_ARGS])
+    worker = Worker(srv.url, token="wrong")
+    with pytest.raises(Unauthenticated):
+        asyncio.run(asyncio.wait_for(worker.run(Registry()), 30))
+    assert worker.statistics()["active"] is False
+
+    reg = Registry()
+    reg.handler("t")(lambda t, c: None)
+
+    async def main() -> None:
+        async with Client(srv.url, token="s3cret") as client, running(Worker(srv.url, token="s3cret"), reg):
+            info = await client.enqueue("t", b"", **KEEP)
+            await wait_state(client, info.id, TaskState.COMPLETED)
+
+    asyncio.run(main())
