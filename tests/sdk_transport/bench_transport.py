@@ -39,7 +39,9 @@ def _result(task_id: str) -> pb.WorkerMessage:
 def _serve(port_q: Any, tasks: int, inflight: int) -> None:
     import grpc
 
-    async def session(requests: AsyncIterator[pb.WorkerMessage], context: Any) -> AsyncIterator[pb.ServerMessage]:
+    async def session(
+        requests: AsyncIterator[pb.WorkerMessage], context: Any
+    ) -> AsyncIterator[pb.ServerMessage]:
         it = requests.__aiter__()
         await it.__anext__()
         yield pb.ServerMessage(welcome=pb.Welcome(session_id="bench"))
@@ -111,7 +113,9 @@ def _measure(name: str, fn: Any, arg: str, tasks: int) -> None:
     n = asyncio.run(fn(arg))
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     assert n == tasks, f"{name}: {n} of {tasks} tasks"
-    print(f"{name:<28} {tasks / wall:>10.0f} tasks/s  {wall:>6.2f} s wall  {cpu / tasks * 1e6:>7.1f} µs CPU/task")
+    print(
+        f"{name:<28} {tasks / wall:>10.0f} tasks/s  {wall:>6.2f} s wall  {cpu / tasks * 1e6:>7.1f} µs CPU/task"
+    )
 
 
 def main() -> None:
