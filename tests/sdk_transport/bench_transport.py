@@ -113,9 +113,8 @@ def _measure(name: str, fn: Any, arg: str, tasks: int) -> None:
     n = asyncio.run(fn(arg))
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     assert n == tasks, f"{name}: {n} of {tasks} tasks"
-    print(
-        f"{name:<28} {tasks / wall:>10.0f} tasks/s  {wall:>6.2f} s wall  {cpu / tasks * 1e6:>7.1f} µs CPU/task"
-    )
+    rate, per_task = tasks / wall, cpu / tasks * 1e6
+    print(f"{name:<28} {rate:>10.0f} tasks/s  {wall:>6.2f} s wall  {per_task:>7.1f} µs CPU/task")
 
 
 def main() -> None:
