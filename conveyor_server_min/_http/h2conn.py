@@ -11,8 +11,8 @@ Rules this module keeps:
   a writer waits only on its own buffer (``HIGH_WATER``) or on the socket.
 * **Refused, not fatal.** Streams beyond SETTINGS_MAX_CONCURRENT_STREAMS get
   RST_STREAM(REFUSED_STREAM); the connection lives on.
-* **Graceful GOAWAY.** ``shutdown()`` sends GOAWAY with the last accepted
-  stream id and keeps serving the streams already open.
+* **Graceful shutdown.** ``shutdown()`` refuses new streams (REFUSED_STREAM),
+  lets the open ones finish, then sends GOAWAY(NO_ERROR) and closes.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
-from hyperframe.frame import GoAwayFrame
 
 from conveyor_sdk.errors import Canceled
 
@@ -193,7 +192,7 @@ class H2Connection:
         self._flush_scheduled = False
         self._write_paused = False
         self._closed = False
-        self._goaway_last: int | None = None
+        self._draining = False
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -240,7 +239,7 @@ class H2Connection:
 
     def _on_request(self, event: h2.events.RequestReceived) -> None:
         sid = event.stream_id
-        if self._goaway_last is not None and sid > self._goaway_last:
+        if self._draining:
             self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
             return
         headers = _header_dict(event.headers or ())
@@ -305,7 +304,7 @@ class H2Connection:
         st.chunks.clear()
         if not self.streams:
             self._idle.set()
-            if self._goaway_last is not None:
+            if self._draining:
                 self.close()
 
     def _reset_stream(self, st: _Stream, code: h2.errors.ErrorCodes) -> None:
@@ -410,15 +409,15 @@ class H2Connection:
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Graceful GOAWAY: finish open streams, refuse new ones, close when idle."""
-        if self._closed or self._goaway_last is not None:
+        """Graceful stop: refuse new streams, let open ones finish, then GOAWAY and close when idle.
+
+        The GOAWAY goes out only once the open streams are done: some HTTP/2
+        clients (python-h2) treat every frame after a GOAWAY as a connection
+        error, which would swallow the sessions' final trailers.
+        """
+        if self._closed or self._draining:
             return
-        self._goaway_last = self.h2.highest_inbound_stream_id
-        frame = GoAwayFrame(0)
-        frame.last_stream_id = self._goaway_last
-        frame.error_code = 0
-        self._write_out()
-        self.transport.write(frame.serialize())
+        self._draining = True
         if not self.streams:
             self.close()
 

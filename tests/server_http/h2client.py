@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from dataclasses import dataclass, field
 
@@ -189,13 +190,9 @@ class H2Client:
     async def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            try:
+            with contextlib.suppress(ConnectionError, ssl.SSLError):
                 await self._writer.wait_closed()
-            except (ConnectionError, ssl.SSLError):
-                pass
         if self._reader_task is not None:
             self._reader_task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._reader_task
-            except asyncio.CancelledError:
-                pass

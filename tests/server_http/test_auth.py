@@ -30,7 +30,7 @@ BAD_HEADERS = [
 def test_connect_unary_rejects_missing_or_invalid_token(
     auth_server: ThreadServer, headers: dict[str, str]
 ) -> None:
-    """Connect unary without an exact ``Bearer <token>`` gets 401 unauthenticated with the upstream message."""
+    """Connect unary without an exact ``Bearer <token>`` gets 401 unauthenticated, upstream's message."""
     resp = httpx.post(auth_server.url + ENQUEUE, json={"type": "t"}, headers=headers)
     assert resp.status_code == 401
     assert resp.json() == {"code": "unauthenticated", "message": "missing or invalid bearer token"}

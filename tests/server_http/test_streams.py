@@ -107,7 +107,7 @@ def test_connect_streaming_session_ends_with_end_stream_frame(server: ThreadServ
 
 
 def test_session_errors_use_each_protocols_status_channel(server: ThreadServer) -> None:
-    """A non-Hello first frame fails invalid_argument: Trailers-Only for gRPC, end-stream error for Connect."""
+    """A non-Hello first frame fails invalid_argument: Trailers-Only (gRPC), end-stream error (Connect)."""
 
     async def main() -> None:
         client = await H2Client().connect("127.0.0.1", server.port)
