@@ -124,6 +124,7 @@ class SessionCore:
         self.error: ConveyorError | None = None
         self.connection_closed = False
         self.goaway_received = False
+        self._seen_input = False
         self._handlers: dict[type[h2.events.Event], Callable[[h2.events.Event], None]] = {
             h2.events.ResponseReceived: self._on_response,
             h2.events.DataReceived: self._on_data,
@@ -234,6 +235,13 @@ class SessionCore:
         """Feed bytes read from the socket."""
         if self.connection_closed:
             return
+        if not self._seen_input:
+            self._seen_input = True
+            if data.startswith(b"HTTP/1."):  # h2 would wait for a 4 MiB "frame"; say what happened now
+                self._fail(
+                    Unavailable("the server answered in HTTP/1.x; it does not speak HTTP/2"), connection=True
+                )
+                return
         try:
             events = self._conn.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
