@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from conveyor_sdk.errors import AlreadyExists
-from conveyor_server_min._engine.broker import Broker, MemoryBroker
+from conveyor_server_min._engine.broker import Broker, GroupBucket, MemoryBroker
 from conveyor_server_min._engine.clock import Clock, SystemClock
 from conveyor_server_min._engine.dispatcher import Dispatcher
 from conveyor_server_min._engine.events import EventHub
@@ -279,14 +279,19 @@ class Engine:
         fired = 0
         for bucket in self.broker.buckets():
             cfg = self.group_config(bucket.queue, bucket.group)
-            ripe = (
-                len(bucket.members) >= cfg.max_size
-                or now - bucket.first_at >= cfg.max_delay
-                or now - bucket.last_at >= cfg.grace_period
-            )
-            if ripe and self.dispatcher.fire_group(bucket, cfg.max_size, now):
+            while bucket.members and self._ripe(bucket, cfg, now):
+                if not self.dispatcher.fire_group(bucket, cfg.max_size, now):
+                    break
                 fired += 1
         return fired
+
+    @staticmethod
+    def _ripe(bucket: GroupBucket, cfg: GroupConfig, now: float) -> bool:
+        return (
+            len(bucket.members) >= cfg.max_size
+            or now - bucket.first_at >= cfg.max_delay
+            or now - bucket.last_at >= cfg.grace_period
+        )
 
     def _maybe_fire_full(self, task: Task, now: float) -> None:
         cfg = self.group_config(task.queue, task.group)

@@ -25,10 +25,10 @@ class Services:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.session = SessionHandler(engine)
-        self.ticker = Ticker(engine)
         methods: list[UnaryMethod] = TaskService(engine).methods()
         streams: list[ServerStreamMethod] = []
         self.admin = AdminService(engine, self.session)
+        self.ticker = Ticker(engine, extra=self.admin.cron.tick)
         methods += self.admin.methods()
         streams += self.admin.streams()
         self.unary: dict[str, UnaryMethod] = {m.path: m for m in methods}

@@ -1,6 +1,6 @@
 """AdminService: queues, tasks, limits, group configs, sessions, cluster/broker info, WatchEvents.
 
-Cron and webhook RPCs answer ``unimplemented`` at once (see :mod:`.admin_misc`).
+Cron lives in :mod:`.cron`; webhook RPCs answer ``unimplemented`` at once (see :mod:`.admin_misc`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from conveyor_server_min._engine.engine import Engine
 from conveyor_server_min._engine.limits import GroupConfig
 from conveyor_server_min._services.admin_misc import MiscAdmin
 from conveyor_server_min._services.convert import duration, duration_seconds, task_info, timestamp_seconds
+from conveyor_server_min._services.cron import CronService
 from conveyor_server_min._services.session import SessionHandler
 from conveyor_server_min._services.validate import MAX_BATCH, check_queue_name
 from conveyor_server_min.service_api import CallContext, ServerStreamMethod, UnaryMethod
@@ -53,9 +54,11 @@ class AdminService:
         self.engine = engine
         self.ops = AdminOps(engine)
         self.misc = MiscAdmin(engine, sessions)
+        self.cron = CronService(engine)
 
     def methods(self) -> list[UnaryMethod]:
-        return [*self._queue_methods(), *self._task_methods(), *self._limit_methods(), *self.misc.methods()]
+        return [*self._queue_methods(), *self._task_methods(), *self._limit_methods(), *self.misc.methods(),
+                *self.cron.methods()]  # fmt: skip
 
     def streams(self) -> list[ServerStreamMethod]:
         return self.misc.streams()

@@ -1,5 +1,5 @@
 """AdminService odds and ends: cluster/broker info, worker sessions, WatchEvents, and the RPCs this
-server does not implement (cron, webhooks), which answer ``unimplemented`` at once."""
+server does not implement (webhooks), which answer ``unimplemented`` at once."""
 
 from __future__ import annotations
 
@@ -20,11 +20,6 @@ __all__ = ["MiscAdmin"]
 
 PREFIX = "/conveyor.v1.AdminService/"
 _UNIMPLEMENTED = [
-    ("ListCron", pb.ListCronRequest, pb.ListCronResponse),
-    ("UpsertCron", pb.UpsertCronRequest, pb.UpsertCronResponse),
-    ("PauseCron", pb.PauseCronRequest, pb.PauseCronResponse),
-    ("ResumeCron", pb.ResumeCronRequest, pb.ResumeCronResponse),
-    ("DeleteCron", pb.DeleteCronRequest, pb.DeleteCronResponse),
     ("ListWebhookWorkers", pb.ListWebhookWorkersRequest, pb.ListWebhookWorkersResponse),
     ("UpsertWebhookWorker", pb.UpsertWebhookWorkerRequest, pb.UpsertWebhookWorkerResponse),
     ("PauseWebhookWorker", pb.PauseWebhookWorkerRequest, pb.PauseWebhookWorkerResponse),

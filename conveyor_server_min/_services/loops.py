@@ -12,6 +12,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Callable
 
 from conveyor_server_min._engine.engine import Engine
 
@@ -24,8 +25,9 @@ _MIN_SLEEP = 0.002
 class Ticker:
     """Runs ``engine.promote/reap/sweep_groups/wake_due`` on their cadences (monotonic time)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, extra: Callable[[], object] | None = None) -> None:
         self.engine = engine
+        self._extra = extra
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._planned = math.inf
@@ -50,6 +52,7 @@ class Ticker:
         cfg = self.engine.config
         jobs = [
             (cfg.promote_interval, self.engine.promote),
+            (cfg.promote_interval, self._extra or (lambda: None)),
             (cfg.reap_interval, self.engine.reap),
             (cfg.group_sweep_interval, self.engine.sweep_groups),
         ]
