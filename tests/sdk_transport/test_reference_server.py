@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import httpx
 import pytest
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
-from conveyor_sdk._transport import SessionStream, TransportOptions, open_session
-from conveyor_sdk.errors import InvalidArgument, Unauthenticated
+from conveyor_sdk._transport import SessionStream, TLSOptions, TransportOptions, open_session
+from conveyor_sdk.errors import InvalidArgument, Unauthenticated, Unavailable
 from conveyor_server_min.testing import ServerProcess
 from tests._util import eventually
 
-from ._helpers import HELLO
+from ._helpers import HELLO, make_certs
 
 PROTOCOLS = ["grpc", "connect"]
 
@@ -143,5 +145,22 @@ def test_megabyte_dispatch_and_result(server_url: str, protocol: str) -> None:
                 return await state() == tpb.TASK_STATE_COMPLETED
 
             await eventually(completed, timeout=10, what="task completed")
+
+    asyncio.run(main())
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_tls_reference_server(start_server: Callable[..., ServerProcess], tmp_path: Path) -> None:
+    """The reference server with --tls-cert/--tls-key: a session verified against our CA gets a Welcome."""
+    certs = make_certs(tmp_path)
+    server = start_server(["--dev", "--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)])
+    assert server.url.startswith("https://")
+
+    async def main() -> None:
+        stream, welcome = await _welcomed(server.url, "grpc", tls=TLSOptions(ca_file=str(certs.ca)))
+        async with stream:
+            assert welcome.session_id
+        with pytest.raises(Unavailable, match="certificate verification failed"):
+            await open_session(server.url, TransportOptions())
 
     asyncio.run(main())

@@ -6,8 +6,6 @@ import asyncio
 import shutil
 import socket
 import ssl
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,56 +14,15 @@ from conveyor_sdk._transport import TLSOptions, TransportOptions, open_session
 from conveyor_sdk.errors import InvalidArgument, Unavailable
 from conveyor_sdk.testing import ScriptedPeer
 
-from ._helpers import HELLO, WELCOME
+from ._helpers import HELLO, WELCOME, Certs, make_certs
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
-
-EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-
-
-@dataclass(frozen=True)
-class Certs:
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-
-
-def _openssl(*args: str | Path, cwd: Path) -> None:
-    subprocess.run(["openssl", *map(str, args)], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def _issue(d: Path, name: str, ext: str) -> None:
-    _openssl("req", *EC, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-    (d / f"{name}.ext").write_text(ext)
-    _openssl(
-        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=d,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     """A throw-away CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
-    d = tmp_path_factory.mktemp("certs")
-    _openssl(
-        "req",
-        "-x509",
-        *EC,
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=test-ca",
-        cwd=d,
-    )
-    _issue(d, "server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
-    _issue(d, "client", "extendedKeyUsage=clientAuth\n")
-    return Certs(d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key")
+    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 def _server_ctx(certs: Certs, *, alpn: bool = True, require_client_cert: bool = False) -> ssl.SSLContext:
