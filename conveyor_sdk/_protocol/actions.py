@@ -150,3 +150,4 @@ class SessionStatistics:
     heartbeats: int = 0
     progress_sent: int = 0
     dropped_on_disconnect: int = 0
+    reconnect_failures: int = 0

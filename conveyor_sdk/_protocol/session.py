@@ -21,8 +21,9 @@ Rules this machine enforces (the caller does all I/O and timing):
 * Cancel -> cancel that job (SERVER_CANCEL); a parked job is answered RETRY at once.
   Ping is tolerated without reply. Unknown frame kinds are ignored.
 * Drain: start nothing new; park (and heartbeat) late deliveries; at the grace deadline
-  cancel running jobs with DRAIN (they report RELEASED) and release parked ones; when
-  nothing is left in flight, half-close.
+  cancel running jobs with DRAIN (they report RELEASED); once nothing runs, half-close.
+  Parked deliveries are never started nor answered: the server releases them with the
+  stream, penalty-free (§5.10).
 * Stream end: unauthenticated / permission_denied / invalid_argument -> Stop(error);
   anything else -> Reconnect(full-jitter delay); the counter resets on Welcome.
 
@@ -104,11 +105,13 @@ class WorkerSession:
         backoff: Backoff | None = None,
         progress_interval: float = 1.0,
         welcome_timeout: float = 30.0,
+        close_timeout: float = 10.0,
     ) -> None:
         self.config = config
         self.backoff = backoff or Backoff()
         self.progress_interval = progress_interval
         self.welcome_timeout = welcome_timeout
+        self.close_timeout = close_timeout
         self.phase = Phase.IDLE
         self.draining = False
         self.epoch = 0
@@ -120,7 +123,7 @@ class WorkerSession:
         self._task_index: dict[str, str] = {}  # task id -> job id (live stream only)
         self._lot = ParkingLot(config.queues)
         self._running = 0
-        self._welcome_deadline: float | None = None
+        self._phase_deadline: float | None = None  # Welcome wait, or end-of-stream wait after CloseSend
         self._next_heartbeat: float | None = None
         self._last_heartbeat = 0.0
         self._grace_deadline: float | None = None
@@ -162,6 +165,7 @@ class WorkerSession:
             heartbeats=c["heartbeats"],
             progress_sent=c["progress"],
             dropped_on_disconnect=c["dropped"],
+            reconnect_failures=self.backoff.failures,
         )
 
     def __repr__(self) -> str:
@@ -173,8 +177,8 @@ class WorkerSession:
 
     def next_deadline(self) -> float | None:
         """Earliest time :meth:`tick` has work to do (None = only on events)."""
-        if self.phase is Phase.AWAITING_WELCOME:
-            return self._welcome_deadline
+        if self.phase in (Phase.AWAITING_WELCOME, Phase.CLOSING):
+            return self._phase_deadline
         if self.phase is not Phase.OPEN:
             return None
         cands = [self._next_heartbeat] if self._next_heartbeat is not None else []
@@ -184,7 +188,7 @@ class WorkerSession:
             elif rec.state is JobState.PARKED and rec.delivery.task_deadline is not None:
                 cands.append(rec.delivery.task_deadline)
         cands.extend(self._progress_sent[t] + self.progress_interval for t in self._progress_pending)
-        if self.draining and self._grace_deadline is not None and self._task_index:
+        if self.draining and self._grace_deadline is not None and self._running:
             cands.append(self._grace_deadline)
         return min(cands) if cands else None
 
@@ -196,7 +200,7 @@ class WorkerSession:
         self.phase = Phase.AWAITING_WELCOME
         self.epoch += 1
         self._counts["connections"] += 1
-        self._welcome_deadline = now + self.welcome_timeout
+        self._phase_deadline = now + self.welcome_timeout
         return [Send(self.config.hello())]
 
     def connection_lost(self, error: ConveyorError | None, now: float) -> list[Action]:
@@ -209,7 +213,7 @@ class WorkerSession:
         self._task_index.clear()
         self._progress_pending.clear()
         self._progress_sent.clear()
-        self._next_heartbeat = self._welcome_deadline = None
+        self._next_heartbeat = self._phase_deadline = None
         if self.phase is Phase.STOPPED:
             return actions
         if closing or self.draining:
@@ -261,10 +265,10 @@ class WorkerSession:
         self.lease_ttl = ttl if ttl > 0 else DEFAULT_LEASE_TTL
         hb = w.heartbeat_interval.ToNanoseconds() / 1e9 if w.HasField("heartbeat_interval") else 0.0
         self.heartbeat_interval = hb if hb > 0 else self.lease_ttl / 3
-        self._welcome_deadline = None
+        self._phase_deadline = None
         self._last_heartbeat = now
         self._next_heartbeat = now + self.heartbeat_interval
-        return self._maybe_close()
+        return self._maybe_close(now)
 
     def _on_duplicate_welcome(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
         return [Notice("ignored a second Welcome")]
@@ -335,7 +339,7 @@ class WorkerSession:
             padded = [*outcomes[: len(rec.delivery.tasks)]]
             padded += [MISSING_OUTCOME] * (len(rec.delivery.tasks) - len(padded))
             actions.append(self._result_frame(rec, padded))
-        return actions + self._fill(now, can_start) + self._maybe_close()
+        return actions + self._fill(now, can_start) + self._maybe_close(now)
 
     def capacity_changed(self, now: float, can_start: CanStart = _always) -> list[Action]:
         """The executor freed capacity (its wakeup callback): try to start parked jobs."""
@@ -363,15 +367,22 @@ class WorkerSession:
             return [Stop(None)]
         if self.phase is Phase.AWAITING_WELCOME:
             self.phase = Phase.CLOSING
+            self._phase_deadline = now + self.close_timeout
             return [CloseSend()]
         return self.tick(now)
 
     def tick(self, now: float, can_start: CanStart = _always) -> list[Action]:
         """Do whatever is due at ``now`` (heartbeats, deadlines, progress, drain grace)."""
-        if self.phase is Phase.AWAITING_WELCOME:
-            if self._welcome_deadline is not None and now >= self._welcome_deadline:
-                self._welcome_deadline = None
-                return [Abort(Unavailable(f"no Welcome within {self.welcome_timeout:g}s"))]
+        if self.phase in (Phase.AWAITING_WELCOME, Phase.CLOSING):
+            if self._phase_deadline is not None and now >= self._phase_deadline:
+                self._phase_deadline = None
+                if self.phase is Phase.AWAITING_WELCOME:
+                    return [Abort(Unavailable(f"no Welcome within {self.welcome_timeout:g}s"))]
+                return [
+                    Abort(
+                        Unavailable(f"server did not end the stream {self.close_timeout:g}s after our close")
+                    )
+                ]
             return []
         if self.phase is not Phase.OPEN:
             return []
@@ -380,7 +391,7 @@ class WorkerSession:
         actions += self._flush_progress(now)
         if self.draining and self._grace_deadline is not None and now >= self._grace_deadline:
             actions += self._release_all()
-        return actions + self._fill(now, can_start) + self._maybe_close()
+        return actions + self._fill(now, can_start) + self._maybe_close(now)
 
     # -- internals -----------------------------------------------------------------------------------
     def _live_records(self) -> list[JobRecord]:
@@ -413,9 +424,7 @@ class WorkerSession:
     def _release_all(self) -> list[Action]:
         actions: list[Action] = []
         for rec in self._live_records():
-            if rec.state is JobState.PARKED:
-                actions += self._answer_parked(rec, OutcomeKind.RELEASED, "worker draining")
-            elif rec.cancel_reason is None:
+            if rec.state is JobState.RUNNING and rec.cancel_reason is None:
                 rec.cancel_reason = CancelReason.DRAIN
                 actions.append(Cancel(rec.delivery.job_id, CancelReason.DRAIN))
         return actions
@@ -441,11 +450,16 @@ class WorkerSession:
             actions.append(Start(d, rec.deadline))
         return actions
 
-    def _maybe_close(self) -> list[Action]:
-        if self.draining and self.phase is Phase.OPEN and not self._task_index:
-            self.phase = Phase.CLOSING
-            return [CloseSend()]
-        return []
+    def _maybe_close(self, now: float) -> list[Action]:
+        # Parked (never started) deliveries do not hold the close back: the server's
+        # safety net releases them penalty-free when the stream closes (protocol §5.10).
+        if not self.draining or self.phase is not Phase.OPEN:
+            return []
+        if any(r.state is JobState.RUNNING for r in self._live_records()):
+            return []
+        self.phase = Phase.CLOSING
+        self._phase_deadline = now + self.close_timeout
+        return [CloseSend()]
 
     def _answer_parked(self, rec: JobRecord, kind: OutcomeKind, error_msg: str) -> list[Action]:
         self._lot.remove(rec.delivery.queue, rec.delivery.job_id)

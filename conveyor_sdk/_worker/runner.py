@@ -68,6 +68,8 @@ class Worker:
         logger: replaces ``logging.getLogger("conveyor.worker")``.
         progress_interval: at most one Progress frame per task per this many seconds.
         rng: random source in [0, 1) for reconnect jitter (tests).
+        transport_options: a ``TransportOptions`` overriding token/protocol/tls.
+        close_timeout: how long to wait for the server to end the stream after our half-close.
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class Worker:
         progress_interval: float = 1.0,
         rng: Callable[[], float] | None = None,
         transport_options: Any = None,
+        close_timeout: float = 10.0,
     ) -> None:
         # Validate now: a bad queue/weight/concurrency never reaches the network.
         self._config = SessionConfig.build(
@@ -105,6 +108,7 @@ class Worker:
         self.protocol = protocol
         self.tls = tls
         self.progress_interval = progress_interval
+        self.close_timeout = close_timeout
         self._executor_arg = executor
         self._transport_options = transport_options
         self._log = logger or log
@@ -160,7 +164,10 @@ class Worker:
             batch_types=registry.batch_types,
         )
         machine = WorkerSession(
-            config, backoff=Backoff(rng=self._rng), progress_interval=self.progress_interval
+            config,
+            backoff=Backoff(rng=self._rng),
+            progress_interval=self.progress_interval,
+            close_timeout=self.close_timeout,
         )
         executor = self._executor_arg or LocalExecutor(registry, threads=self.concurrency)
         driver = _Driver(self, machine, executor, registry)

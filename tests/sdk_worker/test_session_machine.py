@@ -314,7 +314,7 @@ def test_progress_is_coalesced_last_value_wins() -> None:
 
 # -- drain --------------------------------------------------------------------------------------------
 def test_drain_parks_late_dispatch_then_releases_at_grace_and_closes() -> None:
-    """Draining: nothing new starts, late dispatches are heartbeated, grace end -> DRAIN / RELEASED."""
+    """Draining: nothing new starts, late dispatches are heartbeated (never answered), grace end -> DRAIN."""
     s = _open(concurrency=1)
     s.receive(_dispatch("run"), T0)
     assert s.drain(T0, grace=5) == []
@@ -323,10 +323,9 @@ def test_drain_parks_late_dispatch_then_releases_at_grace_and_closes() -> None:
     assert sorted(hb.heartbeat.active_task_ids) == ["late", "run"]
     actions = s.tick(T0 + 5)
     assert Cancel("run", CancelReason.DRAIN) in actions
-    (late,) = _sent(actions, "result")
-    assert (late.result.task_id, late.result.outcome) == ("late", OutcomeKind.RELEASED)
+    assert _sent(actions, "result") == []
     done = s.job_finished("run", [PlainOutcome(OutcomeKind.RETRY, cancelled=True)], T0 + 5.1)
-    (res,) = _sent(done, "result")
+    (res,) = _sent(done, "result")  # the parked "late" one is left to the server's safety net
     assert res.result.outcome == OutcomeKind.RELEASED
     assert isinstance(done[-1], CloseSend) and s.phase is Phase.CLOSING
     assert s.connection_lost(None, T0 + 6) == [Stop(None)]

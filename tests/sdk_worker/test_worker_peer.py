@@ -1,0 +1,239 @@
+"""The Worker against a scripted (misbehaving) server: Ping, Cancel, fatal stops, reconnects, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk.errors import Code, InvalidArgument, PermissionDenied, Unauthenticated
+from conveyor_sdk.testing import PeerSession, ScriptedPeer
+from conveyor_sdk.worker import SDK_VERSION, Registry, TaskContext, TaskData, Worker
+
+
+def _welcome(interval: float = 0.2, ttl: float = 0.6) -> pb.ServerMessage:
+    msg = pb.ServerMessage()
+    msg.welcome.session_id = "S-test"
+    msg.welcome.lease_ttl.FromMilliseconds(int(ttl * 1000))
+    msg.welcome.heartbeat_interval.FromMilliseconds(int(interval * 1000))
+    return msg
+
+
+def _dispatch(tid: str, type_: str = "t") -> pb.ServerMessage:
+    msg = pb.ServerMessage()
+    msg.dispatch.task.CopyFrom(tpb.TaskEnvelope(id=tid, queue="default", type=type_))
+    return msg
+
+
+async def _next(sess: PeerSession, kind: str, timeout: float = 10.0) -> pb.WorkerMessage:
+    """The next client frame of ``kind``, skipping heartbeats unless asked for."""
+    while True:
+        msg = await sess.recv(timeout)
+        assert msg is not None, "client half-closed unexpectedly"
+        if msg.WhichOneof("frame") == kind:
+            return msg
+        assert msg.WhichOneof("frame") == "heartbeat", f"unexpected {msg}"
+
+
+async def _open(peer: ScriptedPeer) -> tuple[PeerSession, pb.WorkerMessage]:
+    sess = await peer.accept()
+    hello = await sess.recv()
+    assert hello is not None and hello.WhichOneof("frame") == "hello"
+    return sess, hello
+
+
+def _with_worker(
+    script: Callable[[ScriptedPeer, Worker], Awaitable[None]],
+    registry: Registry,
+    protocol: str = "grpc",
+    **kwargs: object,
+) -> None:
+    async def main() -> None:
+        async with ScriptedPeer(protocol) as peer:
+            worker = Worker(peer.url, protocol=protocol, close_timeout=0.5, **kwargs)  # type: ignore[arg-type]
+            run = asyncio.create_task(worker.run(registry))
+            try:
+                await script(peer, worker)
+            finally:
+                if not run.done():
+                    worker.stop(immediate=True)
+                await asyncio.wait_for(asyncio.gather(run, return_exceptions=True), 20)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "connect"])
+def test_hello_then_ping_tolerated_and_dispatch_answered(protocol: str) -> None:
+    """Hello carries our declaration; Ping gets no reply; a Dispatch gets one Result; heartbeats follow."""
+    reg = Registry()
+    reg.handler("t")(lambda task, ctx: b"r")
+    reg.batch_handler("b")(lambda tasks, ctx: None)
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess, hello = await _open(peer)
+        h = hello.hello
+        assert dict(h.queues) == {"a": 2, "b": 1} and h.concurrency == 3
+        assert h.sdk_version == SDK_VERSION and list(h.batch_types) == ["b"]
+        assert dict(h.labels) == {"zone": "z1"}
+        await sess.send(_welcome())
+        await sess.send(pb.ServerMessage(ping=pb.Ping()))
+        await sess.send(_dispatch("T1"))
+        res = await _next(sess, "result")
+        assert (res.result.task_id, res.result.outcome, res.result.result) == ("T1", 1, b"r")
+        hb = await _next(sess, "heartbeat")
+        assert list(hb.heartbeat.active_task_ids) == []
+
+    _with_worker(script, reg, protocol, queues={"a": 2, "b": 1}, concurrency=3, labels={"zone": "z1"})
+
+
+def test_cancel_frame_cancels_running_handler() -> None:
+    """Cancel{task_id} stops the handler; the Result is RETRY 'canceled by server'."""
+    reg = Registry()
+    started = asyncio.Event()
+
+    @reg.handler("t")
+    async def t(task: TaskData, ctx: TaskContext) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess, _ = await _open(peer)
+        await sess.send(_welcome())
+        await sess.send(_dispatch("T1"))
+        await asyncio.wait_for(started.wait(), 10)
+        hb = await _next(sess, "heartbeat")
+        assert list(hb.heartbeat.active_task_ids) == ["T1"]
+        await sess.send(pb.ServerMessage(cancel=pb.Cancel(task_id="T1")))
+        res = await _next(sess, "result")
+        assert (res.result.outcome, res.result.error_msg) == (2, "canceled by server")
+
+    _with_worker(script, reg)
+
+
+@pytest.mark.parametrize(
+    ("code", "exc"),
+    [
+        (Code.UNAUTHENTICATED, Unauthenticated),
+        (Code.PERMISSION_DENIED, PermissionDenied),
+        (Code.INVALID_ARGUMENT, InvalidArgument),
+    ],
+)
+def test_fatal_errors_stop_without_reconnecting(code: Code, exc: type[Exception]) -> None:
+    """unauthenticated / permission_denied / invalid_argument end run() with that error, one attempt."""
+
+    async def main() -> None:
+        async with ScriptedPeer() as peer:
+            peer.reject_next(code, "go away")
+            worker = Worker(peer.url)
+            with pytest.raises(exc, match="go away"):
+                await asyncio.wait_for(worker.run(Registry()), 20)
+            assert peer.sessions_opened == 1
+
+    asyncio.run(main())
+
+
+def test_invalid_argument_after_welcome_is_fatal() -> None:
+    """A session ended by the server with invalid_argument (our protocol is wrong) is fatal."""
+
+    async def main() -> None:
+        async with ScriptedPeer("connect") as peer:
+            worker = Worker(peer.url, protocol="connect")
+            run = asyncio.create_task(worker.run(Registry()))
+            sess, _ = await _open(peer)
+            await sess.send(_welcome())
+            await sess.end(Code.INVALID_ARGUMENT, "protocol violation: duplicate Hello frame")
+            with pytest.raises(InvalidArgument, match="duplicate Hello"):
+                await asyncio.wait_for(run, 20)
+            assert peer.sessions_opened == 1
+
+    asyncio.run(main())
+
+
+def test_transient_errors_reconnect_and_welcome_resets_backoff() -> None:
+    """unavailable / clean end / early Dispatch reconnect; the failure counter resets on Welcome."""
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess, _ = await _open(peer)
+        await sess.end(Code.UNAVAILABLE, "node draining")
+        sess, _ = await _open(peer)
+        await sess.send(_dispatch("too-early"))  # a server bug: Dispatch before Welcome
+        sess, _ = await _open(peer)
+        assert worker.statistics()["reconnect_failures"] == 2
+        await sess.send(_welcome())
+        await _next(sess, "heartbeat")
+        assert worker.statistics()["reconnect_failures"] == 0
+        await sess.end()  # clean end: transient too
+        sess, _ = await _open(peer)
+        stats = worker.statistics()
+        assert stats["reconnect_failures"] == 1 and stats["connections"] == 4
+        assert peer.sessions_opened == 4
+
+    _with_worker(script, Registry(), rng=lambda: 0.01)
+
+
+def test_drain_heartbeats_late_dispatch_without_starting_it() -> None:
+    """During a drain a late Dispatch is heartbeated, never started; the stream half-closes when idle."""
+    reg = Registry()
+    release = threading.Event()
+    calls: list[str] = []
+
+    @reg.handler("t")
+    def t(task: TaskData, ctx: TaskContext) -> bytes:
+        calls.append(task.id)
+        release.wait(20)
+        return b"done"
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess, _ = await _open(peer)
+        await sess.send(_welcome())
+        await sess.send(_dispatch("A"))
+        hb = await _next(sess, "heartbeat")
+        assert list(hb.heartbeat.active_task_ids) == ["A"]
+        worker.stop()
+        await sess.send(_dispatch("LATE"))
+        while True:
+            hb = await _next(sess, "heartbeat")
+            if sorted(hb.heartbeat.active_task_ids) == ["A", "LATE"]:
+                break
+        release.set()
+        res = await _next(sess, "result")
+        assert (res.result.task_id, res.result.outcome) == ("A", 1)
+        await sess.wait_closed_by_client()
+        await sess.end()
+        assert calls == ["A"]
+
+    _with_worker(script, reg, concurrency=2, grace=30)
+
+
+def test_stream_loss_drops_in_flight_work_and_reconnects() -> None:
+    """A reset stream cancels its running handlers; nothing of it is reported on the next stream."""
+    reg = Registry()
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    @reg.handler("t")
+    async def t(task: TaskData, ctx: TaskContext) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        finally:
+            cancelled.set()
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess, _ = await _open(peer)
+        await sess.send(_welcome())
+        await sess.send(_dispatch("A"))
+        await asyncio.wait_for(started.wait(), 10)
+        await sess.reset()
+        await asyncio.wait_for(cancelled.wait(), 10)
+        sess2, _ = await _open(peer)
+        await sess2.send(_welcome())
+        hb = await _next(sess2, "heartbeat")
+        assert list(hb.heartbeat.active_task_ids) == []
+        assert worker.statistics()["dropped_on_disconnect"] == 1
+
+    _with_worker(script, reg, rng=lambda: 0.01)
