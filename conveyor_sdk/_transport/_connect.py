@@ -9,6 +9,9 @@ from __future__ import annotations
 import ssl
 import urllib.parse
 from dataclasses import dataclass
+from typing import cast
+
+from hpack import NeverIndexedHeaderTuple
 
 from conveyor_sdk._transport._status import CONTENT_TYPES
 from conveyor_sdk._transport.options import TLSOptions, TransportOptions
@@ -60,8 +63,9 @@ def request_headers(target: Target, path: str, options: TransportOptions) -> lis
     ]
     if options.protocol == "grpc":
         headers += [("te", "trailers"), ("grpc-accept-encoding", "identity")]
-    if options.token:
-        headers.append(("authorization", f"Bearer {options.token}"))
+    if options.token:  # never HPACK-indexed: keeps the secret out of compression tables
+        secret = NeverIndexedHeaderTuple("authorization", f"Bearer {options.token}")
+        headers.append(cast("tuple[str, str]", secret))  # a tuple subclass h2 honours
     for name, value in options.extra_headers:
         headers.append((name.lower(), value))
     return headers

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
+import h2.config
+import h2.connection
+import h2.events
 import pytest
+from hpack import NeverIndexedHeaderTuple
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
-from conveyor_sdk._transport import TransportOptions, open_session
+from conveyor_sdk._transport import SessionCore, TransportOptions, open_session
+from conveyor_sdk._transport._connect import parse_target, request_headers
 from conveyor_sdk.errors import Unavailable
 from conveyor_sdk.testing import ScriptedPeer
 
@@ -49,3 +54,17 @@ def test_connection_refused_is_unavailable() -> None:
             await open_session(url, TransportOptions())
 
     asyncio.run(main())
+
+
+def test_token_is_never_indexed() -> None:
+    """The authorization header is sent as an HPACK never-indexed field (kept out of compression tables)."""
+    opts = TransportOptions(token="sekret")
+    core = SessionCore("grpc")
+    core.start(request_headers(parse_target("http://h:1"), "/p", opts))
+    srv = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+    srv.initiate_connection()
+    events = srv.receive_data(core.data_to_send())
+    (request,) = [e for e in events if isinstance(e, h2.events.RequestReceived)]
+    auth = [h for h in request.headers or () if h[0] == "authorization"]
+    assert auth == [("authorization", "Bearer sekret")]
+    assert isinstance(auth[0], NeverIndexedHeaderTuple)
