@@ -13,7 +13,7 @@ import logging
 
 import h11
 
-from conveyor_sdk.errors import ResourceExhausted
+from conveyor_sdk.errors import Canceled, ResourceExhausted
 
 from .rpc import Router
 
@@ -23,9 +23,26 @@ log = logging.getLogger("conveyor.server.http")
 
 
 class _Exchange:
-    """CallIO for one HTTP/1.1 request; the response is buffered and sent on ``finish``."""
+    """CallIO for one HTTP/1.1 request.
 
-    __slots__ = ("_conn", "body", "done", "headers", "http2", "method", "out", "path", "peer", "status")
+    A response whose headers carry a Content-Length (unary, errors, health) is
+    buffered and sent on ``finish``; any other (a Connect or gRPC-Web stream)
+    goes out at once with chunked transfer-encoding, each ``write`` as a chunk.
+    """
+
+    __slots__ = (
+        "_conn",
+        "body",
+        "done",
+        "headers",
+        "http2",
+        "method",
+        "out",
+        "path",
+        "peer",
+        "status",
+        "streaming",
+    )
 
     def __init__(self, conn: H1Connection, request: h11.Request, body: list[bytes]) -> None:
         self._conn = conn
@@ -42,6 +59,7 @@ class _Exchange:
         self.status = 500
         self.out: list[tuple[str, str]] = []
         self.done = False
+        self.streaming = False
 
     async def read_chunk(self) -> bytes | None:
         if self.body:
@@ -56,9 +74,15 @@ class _Exchange:
         self._conn.response_body.clear()
         if end:
             self.finish()
+        elif len(self.out) == len(headers):  # no Content-Length: stream it
+            self.streaming = True
+            self._conn.start_stream(self)
 
     async def write(self, data: bytes) -> None:
-        self._conn.response_body.append(data)
+        if self.streaming:
+            await self._conn.stream_data(data)
+        else:
+            self._conn.response_body.append(data)
 
     def write_nowait(self, data: bytes) -> None:
         self._conn.response_body.append(data)
@@ -66,7 +90,10 @@ class _Exchange:
     def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
         if not self.done:
             self.done = True
-            self._conn.send_response(self)
+            if self.streaming:
+                self._conn.end_stream()
+            else:
+                self._conn.send_response(self)
 
 
 class H1Connection:
@@ -86,6 +113,7 @@ class H1Connection:
         self.task: asyncio.Task[None] | None = None
         self._closed = False
         self._closing = False
+        self._write_paused: asyncio.Future[None] | None = None
 
     def start(self, initial: bytes) -> None:
         if initial:
@@ -166,6 +194,32 @@ class H1Connection:
             return
         self.transport.write(data)
 
+    def start_stream(self, exchange: _Exchange) -> None:
+        """Send the headers of a chunked (streamed) response."""
+        self._send(h11.Response(status_code=exchange.status, headers=exchange.out))
+
+    async def stream_data(self, data: bytes) -> None:
+        """Send one chunk; wait while the socket's write buffer is full."""
+        if self._closed:
+            raise Canceled("connection closed")
+        self._send(h11.Data(data=data))
+        while self._write_paused is not None and not self._closed:
+            await self._write_paused
+        if self._closed:
+            raise Canceled("connection closed")
+
+    def end_stream(self) -> None:
+        self._send(h11.EndOfMessage())
+
+    def _send(self, event: h11.Response | h11.Data | h11.EndOfMessage) -> None:
+        if self._closed:
+            return
+        try:
+            self.transport.write(self.h11.send(event) or b"")
+        except h11.LocalProtocolError as exc:
+            log.debug("cannot send HTTP/1.1 response to %s: %s", self.peer, exc)
+            self.close()
+
     def _next_cycle(self) -> None:
         if self._closed:
             return
@@ -198,10 +252,13 @@ class H1Connection:
         self.close()
 
     def pause_writing(self) -> None:
-        pass  # one buffered response at a time; nothing to hold back
+        if self._write_paused is None:
+            self._write_paused = asyncio.get_running_loop().create_future()
 
     def resume_writing(self) -> None:
-        pass
+        fut, self._write_paused = self._write_paused, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     def shutdown(self) -> None:
         """Close when the current request (if any) has been answered."""
@@ -225,6 +282,7 @@ class H1Connection:
 
     def connection_lost(self) -> None:
         self._closed = True
+        self.resume_writing()
         task = self.task
         if task is not None and not task.done():
             task.cancel()

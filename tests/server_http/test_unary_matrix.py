@@ -260,3 +260,21 @@ def test_connect_json_response_uses_proto3_json_mapping(fake_server: ThreadServe
         resp = client.post(fake_server.url + ENQUEUE, json={"task_id": "abc", "type": "t", "payload": "aGk="})
         data = json.loads(resp.content)
         assert data["task"]["id"] == "abc" and data["task"]["payload"] == "aGk="
+
+
+def test_connect_server_stream_over_http1_is_chunked(fake_server: ThreadServer) -> None:
+    """WatchEvents over HTTP/1.1 (Connect streaming JSON) streams frames with chunked encoding."""
+    body = encode_message(b'{"queues":["x"]}')
+    headers = {"content-type": "application/connect+json"}
+    with httpx.Client() as client:
+        resp = client.post(
+            fake_server.url + "/conveyor.v1.AdminService/WatchEvents", content=body, headers=headers
+        )
+    assert resp.status_code == 200 and resp.headers.get("transfer-encoding") == "chunked"
+    data, frames = resp.content, []
+    while data:
+        length = int.from_bytes(data[1:5], "big")
+        frames.append((data[0], json.loads(data[5 : 5 + length])))
+        data = data[5 + length :]
+    assert [f[1]["id"] for f in frames[:-1]] == ["e0", "e1", "e2"]
+    assert frames[-1] == (0x02, {})
