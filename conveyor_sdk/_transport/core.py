@@ -24,14 +24,12 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
-from h2.connection import ConnectionState
 from h2.errors import ErrorCodes
 
 from conveyor_sdk._protocol.framing import (
@@ -41,6 +39,7 @@ from conveyor_sdk._protocol.framing import (
     error_from_grpc_trailers,
 )
 from conveyor_sdk._transport import _status
+from conveyor_sdk._transport._h2 import Connection, str_headers
 from conveyor_sdk.errors import (
     Canceled,
     ConveyorError,
@@ -59,26 +58,6 @@ CONNECTION_WINDOW = 1 << 24
 RECV_HIGH_WATER = 4 << 20
 
 
-class _Connection(h2.connection.H2Connection):
-    """h2's client connection, except that a graceful GOAWAY keeps already-open streams alive.
-
-    h2 (4.x) closes its connection state machine on *any* GOAWAY and drops queued output,
-    which would reject the rest of a stream the server announced it will still finish.
-    RFC 9113 §6.8 lets streams up to last-stream-id complete, so for a NO_ERROR GOAWAY that
-    covers our stream we restore the open state and the queued bytes. We never open another
-    stream on the connection, which is all such a GOAWAY forbids.
-    """
-
-    def _receive_goaway_frame(self, frame: Any) -> Any:
-        keep = frame.error_code == 0 and frame.last_stream_id >= self.highest_outbound_stream_id > 0
-        saved = bytes(self._data_to_send)
-        result = super()._receive_goaway_frame(frame)
-        if keep:
-            self.state_machine.state = ConnectionState.CLIENT_OPEN
-            self._data_to_send += saved
-        return result
-
-
 class SessionCore:
     """HTTP/2 connection + one RPC stream + message framing, as a state machine."""
 
@@ -90,7 +69,7 @@ class SessionCore:
         recv_high_water: int = RECV_HIGH_WATER,
     ) -> None:
         config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
-        self._conn = _Connection(config=config)
+        self._conn = Connection(config=config)
         self._conn.local_settings = h2.settings.Settings(
             client=True,
             initial_values={
@@ -281,7 +260,7 @@ class SessionCore:
 
     def _on_response(self, event: h2.events.Event) -> None:
         assert isinstance(event, h2.events.ResponseReceived)
-        headers = _str_headers(event.headers)
+        headers = str_headers(event.headers)
         self.response_headers = headers
         try:
             self.status = int(headers.get(":status", "0"))
@@ -340,7 +319,7 @@ class SessionCore:
 
     def _on_trailers(self, event: h2.events.Event) -> None:
         assert isinstance(event, h2.events.TrailersReceived)
-        self.trailers = _str_headers(event.headers)
+        self.trailers = str_headers(event.headers)
         if self.protocol == "grpc" and not self.finished:
             self._finish(error_from_grpc_trailers(self.trailers))
 
@@ -372,7 +351,7 @@ class SessionCore:
         last = event.last_stream_id if event.last_stream_id is not None else 0
         if code != 0 or last < self.stream_id:
             self._fail(_status.goaway_error(code, event.additional_data), connection=True)
-        # else: a graceful GOAWAY covering our stream; the server may still finish it (see _Connection).
+        # else: a graceful GOAWAY covering our stream; the server may still finish it (see _h2.Connection).
 
     # ---- helpers -------------------------------------------------------------------------------
 
@@ -404,12 +383,3 @@ class SessionCore:
         except h2.exceptions.H2Error:
             log.debug("stream already closed when resetting", exc_info=True)
         self.send_closed = True
-
-
-def _str_headers(raw: object) -> dict[str, str]:
-    """Header list as a str dict (h2 yields str with ``header_encoding`` set; bytes are decoded)."""
-    out: dict[str, str] = {}
-    for name, value in raw or ():  # type: ignore[attr-defined]  # h2 types headers loosely
-        key = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
-        out[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-    return out

@@ -11,9 +11,9 @@ TRANSPORT = Path(__file__).resolve().parents[2] / "conveyor_sdk" / "_transport"
 IO = {"asyncio", "socket", "ssl", "selectors", "time", "threading"}
 
 
-@pytest.mark.parametrize("name", ["core.py", "_status.py", "options.py"])
+@pytest.mark.parametrize("name", ["core.py", "_h2.py", "_status.py", "options.py"])
 def test_sans_io_modules_import_no_io(name: str) -> None:
-    """core.py, _status.py and options.py import no asyncio, sockets, TLS or clock."""
+    """core.py, _h2.py, _status.py and options.py import no asyncio, sockets, TLS or clock."""
     tree = ast.parse((TRANSPORT / name).read_text())
     imported = {
         alias.name.split(".")[0]
