@@ -103,7 +103,10 @@ class SessionStream:
         }
 
     async def send(self, msg: pb.WorkerMessage) -> None:
-        """Send one message; returns once it is within the peer's flow-control window."""
+        """Send one message; returns once it is within the peer's flow-control window.
+
+        Cancelling a waiting ``send`` does not withdraw the message: it is already queued whole.
+        """
         await self._send_bytes(msg.SerializeToString(), framed=False)
 
     async def send_raw(self, data: bytes, *, framed: bool = False) -> None:
