@@ -19,7 +19,7 @@ import logging
 import signal
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from conveyor_server_min.config import ServerConfig
 from conveyor_server_min.service_api import EngineConfig, ServiceSet
@@ -57,9 +57,9 @@ def load_services(engine: EngineConfig) -> ServiceSet:
         from conveyor_server_min._services import build_services
     except ImportError:
         log.warning("conveyor_server_min._services.build_services is missing; serving no RPCs")
-        return _NoServices()
-    services: ServiceSet = build_services(engine)
-    return services
+        return cast(ServiceSet, _NoServices())
+    # cast: the seam's Protocol declares mutable attributes; the engine's Services fits it structurally.
+    return cast(ServiceSet, build_services(engine))
 
 
 class Server:

@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 import h2.config
 import h2.connection
@@ -30,140 +28,15 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from conveyor_sdk.errors import Canceled
-
+from .h2stream import HIGH_WATER, H2Stream, RefusingConnection, header_dict
 from .rpc import Router
 
-__all__ = ["H2Connection"]
+__all__ = ["HIGH_WATER", "H2Connection"]
 
 log = logging.getLogger("conveyor.server.http")
 
-HIGH_WATER = 256 * 1024  # a writer waits when its stream buffer holds more than this
 STREAM_WINDOW = 1 << 20  # what each client stream may send before we acknowledge
 _MAX_WINDOW = 2**31 - 1
-
-
-class _RefusingConnection(h2.connection.H2Connection):
-    """h2 treats a stream beyond MAX_CONCURRENT_STREAMS as a connection error; refuse it instead."""
-
-    _bypass_limit = False
-
-    @property
-    def open_inbound_streams(self) -> int:
-        if self._bypass_limit:
-            return 0
-        return super().open_inbound_streams
-
-    def _receive_headers_frame(self, frame: Any) -> Any:  # h2 private hook; pinned h2 4.x
-        if frame.stream_id in self.streams or frame.stream_id <= self.highest_inbound_stream_id:
-            return super()._receive_headers_frame(frame)
-        if super().open_inbound_streams < self.local_settings.max_concurrent_streams:
-            return super()._receive_headers_frame(frame)
-        self._bypass_limit = True
-        try:
-            frames, events = super()._receive_headers_frame(frame)
-        finally:
-            self._bypass_limit = False
-        self.reset_stream(frame.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
-        return frames, [e for e in events if getattr(e, "stream_id", None) != frame.stream_id]
-
-
-class _Stream:
-    """One request stream: the handler's view (CallIO) plus buffers."""
-
-    __slots__ = (
-        "_conn",
-        "_drained",
-        "_readable",
-        "chunks",
-        "end_pending",
-        "ended_in",
-        "finished",
-        "headers",
-        "http2",
-        "id",
-        "method",
-        "out",
-        "path",
-        "peer",
-        "reset",
-        "task",
-        "trailers",
-    )
-
-    def __init__(self, conn: H2Connection, stream_id: int, headers: dict[str, str]) -> None:
-        self._conn = conn
-        self.id = stream_id
-        self.headers = headers
-        self.method = headers.get(":method", "")
-        self.path = headers.get(":path", "").split("?", 1)[0]
-        self.peer = conn.peer
-        self.http2 = True
-        self.chunks: list[tuple[bytes, int]] = []
-        self.ended_in = False
-        self.reset = False
-        self.out = bytearray()
-        self.end_pending = False
-        self.finished = False
-        self.trailers: list[tuple[str, str]] | None = None
-        self.task: asyncio.Task[None] | None = None
-        self._readable: asyncio.Future[None] | None = None
-        self._drained: asyncio.Future[None] | None = None
-
-    # ---- CallIO -------------------------------------------------------------------------------
-    async def read_chunk(self) -> bytes | None:
-        while not self.chunks:
-            if self.ended_in:
-                return None
-            if self.reset:
-                raise Canceled("stream reset by the client")
-            self._readable = asyncio.get_running_loop().create_future()
-            await self._readable
-        data, flow = self.chunks.pop(0)
-        self._conn.ack(self.id, flow)
-        return data
-
-    def respond(self, status: int, headers: list[tuple[str, str]], *, end: bool = False) -> None:
-        if self.reset:
-            return
-        self._conn.send_headers(self, [(":status", str(status)), *headers], end)
-        if end:
-            self.finished = True
-
-    async def write(self, data: bytes) -> None:
-        if self.reset:
-            raise Canceled("stream reset by the client")
-        self.out += data
-        self._conn.mark_ready(self)
-        while len(self.out) > HIGH_WATER and not self.reset:
-            self._drained = asyncio.get_running_loop().create_future()
-            await self._drained
-        if self.reset:
-            raise Canceled("stream reset by the client")
-
-    def write_nowait(self, data: bytes) -> None:
-        if not self.reset:
-            self.out += data
-            self._conn.mark_ready(self)
-
-    def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
-        if self.finished or self.reset:
-            return
-        self.finished = True
-        self.end_pending = True
-        self.trailers = trailers
-        self._conn.mark_ready(self)
-
-    # ---- connection side ----------------------------------------------------------------------
-    def wake_reader(self) -> None:
-        fut = self._readable
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-
-    def wake_writer(self) -> None:
-        fut = self._drained
-        if fut is not None and not fut.done():
-            fut.set_result(None)
 
 
 class H2Connection:
@@ -185,7 +58,7 @@ class H2Connection:
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
         )
-        self.h2 = _RefusingConnection(config=config)
+        self.h2 = RefusingConnection(config=config)
         self.h2.local_settings = h2.settings.Settings(
             client=False,
             initial_values={
@@ -195,9 +68,9 @@ class H2Connection:
                 h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 0,
             },
         )
-        self.streams: dict[int, _Stream] = {}
+        self.streams: dict[int, H2Stream] = {}
         self.tasks: set[asyncio.Task[None]] = set()
-        self._ready: dict[int, _Stream] = {}
+        self._ready: dict[int, H2Stream] = {}
         self._flush_scheduled = False
         self._write_paused = False
         self._closed = False
@@ -251,8 +124,8 @@ class H2Connection:
         if self._draining:
             self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
             return
-        headers = _header_dict(event.headers or ())
-        st = _Stream(self, sid, headers)
+        headers = header_dict(event.headers or ())
+        st = H2Stream(self, sid, headers)
         self.streams[sid] = st
         self._idle.clear()
         task = asyncio.get_running_loop().create_task(self._run(st), name=f"h2-stream-{sid}")
@@ -275,7 +148,7 @@ class H2Connection:
             return
         self._kill(st)
 
-    def _kill(self, st: _Stream) -> None:
+    def _kill(self, st: H2Stream) -> None:
         st.reset = True
         st.out.clear()
         self._ready.pop(st.id, None)
@@ -284,7 +157,7 @@ class H2Connection:
         if st.task is not None and not st.task.done():
             st.task.cancel()
 
-    async def _run(self, st: _Stream) -> None:
+    async def _run(self, st: H2Stream) -> None:
         try:
             await self.router.handle(st)
         except asyncio.CancelledError:
@@ -294,7 +167,7 @@ class H2Connection:
         finally:
             self._stream_done(st)
 
-    def _stream_done(self, st: _Stream) -> None:
+    def _stream_done(self, st: H2Stream) -> None:
         task = st.task
         if task is not None:
             self.tasks.discard(task)
@@ -305,7 +178,7 @@ class H2Connection:
             self._forget(st)
         self._write_out()
 
-    def _forget(self, st: _Stream) -> None:
+    def _forget(self, st: H2Stream) -> None:
         self.streams.pop(st.id, None)
         for _, flow in st.chunks:
             if flow:
@@ -316,7 +189,7 @@ class H2Connection:
             if self._draining:
                 self.close()
 
-    def _reset_stream(self, st: _Stream, code: h2.errors.ErrorCodes) -> None:
+    def _reset_stream(self, st: H2Stream, code: h2.errors.ErrorCodes) -> None:
         with contextlib.suppress(h2.exceptions.H2Error):
             self.h2.reset_stream(st.id, code)
         self._kill(st)
@@ -331,7 +204,7 @@ class H2Connection:
                 return
             self._schedule_flush()
 
-    def send_headers(self, st: _Stream, headers: list[tuple[str, str]], end: bool) -> None:
+    def send_headers(self, st: H2Stream, headers: list[tuple[str, str]], end: bool) -> None:
         if self._closed:
             return
         try:
@@ -345,7 +218,7 @@ class H2Connection:
         else:
             self._schedule_flush()
 
-    def mark_ready(self, st: _Stream) -> None:
+    def mark_ready(self, st: H2Stream) -> None:
         self._ready[st.id] = st
         self._schedule_flush()
 
@@ -363,7 +236,7 @@ class H2Connection:
                 self._flush_stream(st)
         self._write_out()
 
-    def _flush_stream(self, st: _Stream) -> None:
+    def _flush_stream(self, st: H2Stream) -> None:
         conn = self.h2
         out = st.out
         try:
@@ -394,7 +267,7 @@ class H2Connection:
                 if st.task is None or st.task.done():
                     self._forget(st)
 
-    def _maybe_rst_after_response(self, st: _Stream) -> None:
+    def _maybe_rst_after_response(self, st: H2Stream) -> None:
         """Response complete but the client is still sending: tell it to stop (NO_ERROR)."""
         if not st.ended_in and not st.reset:
             with contextlib.suppress(h2.exceptions.H2Error):
@@ -462,17 +335,3 @@ class H2Connection:
         self.streams.clear()
         self._ready.clear()
         self._idle.set()
-
-
-def _header_dict(raw: Any) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    for name, value in raw:
-        key = name.decode("ascii", "replace").lower() if isinstance(name, bytes) else name.lower()
-        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    return headers
-
-
-def header_items(headers: Mapping[str, str]) -> list[tuple[str, str]]:
-    """Helper for tests and logs."""
-    return list(headers.items())

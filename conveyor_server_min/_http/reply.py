@@ -29,11 +29,25 @@ __all__ = ["CallIO", "Reply", "plain_response"]
 class CallIO(Protocol):
     """One HTTP request/response exchange, as the call layer sees it."""
 
-    method: str
-    path: str
-    headers: Mapping[str, str]
-    peer: str
-    http2: bool
+    @property
+    def method(self) -> str:
+        """Request method, upper case."""
+
+    @property
+    def path(self) -> str:
+        """Request path without the query string."""
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Request headers, lower-case names (repeated headers joined with ``, ``)."""
+
+    @property
+    def peer(self) -> str:
+        """``host:port`` of the client."""
+
+    @property
+    def http2(self) -> bool:
+        """Whether the exchange runs on HTTP/2 (full-duplex streams, trailers)."""
 
     async def read_chunk(self) -> bytes | None:
         """The next request body bytes; None once the client finished sending."""

@@ -169,7 +169,7 @@ class Router:
             for flags, data in decoder.feed(chunk):
                 if connect and flags & FLAG_END_STREAM:
                     return
-                yield decode(data, pb.WorkerMessage)  # type: ignore[misc]
+                yield decode(data, pb.WorkerMessage)
 
     async def _read_body(self, io: CallIO, limit: int) -> bytes:
         parts: list[bytes] = []

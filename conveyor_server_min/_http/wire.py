@@ -111,7 +111,8 @@ class Codec:
     def encode(self, msg: Message) -> bytes:
         """Serialize ``msg``."""
         if self.name == "proto":
-            return msg.SerializeToString()
+            data: bytes = msg.SerializeToString()
+            return data
         return json.dumps(json_format.MessageToDict(msg), separators=(",", ":")).encode()
 
 

@@ -1,0 +1,150 @@
+"""HTTP/2 building blocks: the stream object handlers see (a CallIO) and a refusing h2 connection."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import h2.connection
+import h2.errors
+
+from conveyor_sdk.errors import Canceled
+
+if TYPE_CHECKING:
+    from .h2conn import H2Connection
+
+__all__ = ["HIGH_WATER", "H2Stream", "RefusingConnection", "header_dict"]
+
+HIGH_WATER = 256 * 1024  # a writer waits when its stream buffer holds more than this
+
+
+class RefusingConnection(h2.connection.H2Connection):
+    """h2 treats a stream beyond MAX_CONCURRENT_STREAMS as a connection error; refuse it instead."""
+
+    _bypass_limit = False
+
+    @property
+    def open_inbound_streams(self) -> int:
+        if self._bypass_limit:
+            return 0
+        return super().open_inbound_streams
+
+    def _receive_headers_frame(self, frame: Any) -> Any:  # h2 private hook; pinned h2 4.x
+        if frame.stream_id in self.streams or frame.stream_id <= self.highest_inbound_stream_id:
+            return super()._receive_headers_frame(frame)
+        if super().open_inbound_streams < self.local_settings.max_concurrent_streams:
+            return super()._receive_headers_frame(frame)
+        self._bypass_limit = True
+        try:
+            frames, events = super()._receive_headers_frame(frame)
+        finally:
+            self._bypass_limit = False
+        self.reset_stream(frame.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+        return frames, [e for e in events if getattr(e, "stream_id", None) != frame.stream_id]
+
+
+class H2Stream:
+    """One request stream: the handler's view (CallIO) plus buffers."""
+
+    __slots__ = (
+        "_conn",
+        "_drained",
+        "_readable",
+        "chunks",
+        "end_pending",
+        "ended_in",
+        "finished",
+        "headers",
+        "http2",
+        "id",
+        "method",
+        "out",
+        "path",
+        "peer",
+        "reset",
+        "task",
+        "trailers",
+    )
+
+    def __init__(self, conn: H2Connection, stream_id: int, headers: dict[str, str]) -> None:
+        self._conn = conn
+        self.id = stream_id
+        self.headers = headers
+        self.method = headers.get(":method", "")
+        self.path = headers.get(":path", "").split("?", 1)[0]
+        self.peer = conn.peer
+        self.http2 = True
+        self.chunks: list[tuple[bytes, int]] = []
+        self.ended_in = False
+        self.reset = False
+        self.out = bytearray()
+        self.end_pending = False
+        self.finished = False
+        self.trailers: list[tuple[str, str]] | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._readable: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+
+    # ---- CallIO -------------------------------------------------------------------------------
+    async def read_chunk(self) -> bytes | None:
+        while not self.chunks:
+            if self.ended_in:
+                return None
+            if self.reset:
+                raise Canceled("stream reset by the client")
+            self._readable = asyncio.get_running_loop().create_future()
+            await self._readable
+        data, flow = self.chunks.pop(0)
+        self._conn.ack(self.id, flow)
+        return data
+
+    def respond(self, status: int, headers: list[tuple[str, str]], *, end: bool = False) -> None:
+        if self.reset:
+            return
+        self._conn.send_headers(self, [(":status", str(status)), *headers], end)
+        if end:
+            self.finished = True
+
+    async def write(self, data: bytes) -> None:
+        if self.reset:
+            raise Canceled("stream reset by the client")
+        self.out += data
+        self._conn.mark_ready(self)
+        while len(self.out) > HIGH_WATER and not self.reset:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+        if self.reset:
+            raise Canceled("stream reset by the client")
+
+    def write_nowait(self, data: bytes) -> None:
+        if not self.reset:
+            self.out += data
+            self._conn.mark_ready(self)
+
+    def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
+        if self.finished or self.reset:
+            return
+        self.finished = True
+        self.end_pending = True
+        self.trailers = trailers
+        self._conn.mark_ready(self)
+
+    # ---- connection side ----------------------------------------------------------------------
+    def wake_reader(self) -> None:
+        fut = self._readable
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def wake_writer(self) -> None:
+        fut = self._drained
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+
+def header_dict(raw: Any) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key = name.decode("ascii", "replace").lower() if isinstance(name, bytes) else name.lower()
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return headers
