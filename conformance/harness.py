@@ -23,7 +23,7 @@ from conveyor_conformance.registry import default_registry
 from conveyor_conformance.runner import run_checks
 from conveyor_sdk.errors import ConveyorError
 
-__all__ = ["SHORT_TIMINGS", "default_worker_cmd", "prepared_env", "probe_facts", "run_suite"]
+__all__ = ["SHORT_TIMINGS", "default_worker_cmd", "prepared_env", "probe_facts", "run_suite", "stop_server"]
 
 log = logging.getLogger("conveyor.conformance")
 
@@ -56,6 +56,15 @@ async def probe_facts(url: str, token: str | None, protocol: str = "grpc") -> Se
         min_sdk_version=welcome.min_sdk_version,
         session_id=welcome.session_id,
     )
+
+
+def stop_server(proc: object) -> int:
+    """Stop a ServerProcess and close its output pipe; returns its exit code."""
+    code = int(proc.stop())  # type: ignore[attr-defined]
+    popen = getattr(proc, "proc", None)
+    if popen is not None and popen.stdout is not None:
+        popen.stdout.close()
+    return code
 
 
 async def _start_server(args: Sequence[str]) -> object:
@@ -93,7 +102,7 @@ async def prepared_env(config: SuiteConfig, checks: Sequence[Check]) -> AsyncIte
         if "env" in locals() and env.api is not None:
             await env.api.aclose()
         for proc in reversed(started):
-            await asyncio.to_thread(proc.stop)  # type: ignore[attr-defined]
+            await asyncio.to_thread(stop_server, proc)
 
 
 async def _probe_into(env: SuiteEnv) -> None:

@@ -53,9 +53,12 @@ class WorkerProcess:
             if await self.wait(10) is None:
                 self.proc.kill()
                 await self.proc.wait()
-        self._reader.cancel()
         with contextlib.suppress(BaseException):
-            await self._reader
+            await asyncio.wait_for(self._reader, 5)  # read to EOF so the pipe closes
+        transport = getattr(self.proc, "_transport", None)
+        if transport is not None:  # close the subprocess transport before the loop ends
+            transport.close()
+        await asyncio.sleep(0)
 
 
 async def start_worker(

@@ -17,7 +17,7 @@ serial                     runs one task at a time whatever the concurrency
 sends-credit               sends a Credit frame after every Result
 crash-on-ping              treats Ping as a protocol error and exits
 reconnect-no-jitter        reconnects after exactly the backoff ceiling
-no-reset-backoff           never resets the reconnect counter after Welcome
+no-reset-backoff           never resets the reconnect counter after Welcome (no jitter either)
 reconnect-on-fatal         reconnects after unauthenticated / invalid_argument
 accept-bad-hello           SCENARIO=bad-hello exits 2 (accepts a zero weight)
 """
@@ -92,7 +92,8 @@ class RawWorker:
             if self.stopping.is_set():
                 break
             ceiling = min(30.0, 0.5 * 2**failures)
-            delay = ceiling if self.mutation == "reconnect-no-jitter" else random.uniform(0, ceiling)
+            exact = self.mutation in ("reconnect-no-jitter", "no-reset-backoff")
+            delay = ceiling if exact else random.uniform(0, ceiling)
             failures += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), delay)
