@@ -117,7 +117,7 @@ class ServerConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE
     max_concurrent_streams: int = 1000
-    shutdown_grace: float = 3.0
+    shutdown_grace: float = 3.0  # total budget for a graceful stop (sessions end, streams drain)
 
     @property
     def tls(self) -> bool:

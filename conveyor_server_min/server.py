@@ -127,17 +127,20 @@ class Server:
             await self._stopped.wait()
             return
         self._stopping = True
-        grace = self.config.shutdown_grace
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.shutdown_grace  # one budget for the whole shutdown
         try:
             if self._server is not None:
                 self._server.close()
             if self._hub is not None:
                 self._hub.shutdown()
             if self._services is not None:
-                await _bounded(self._services.stop(), grace, "services.stop()")
+                budget = self.config.shutdown_grace * 0.7
+                await _bounded(self._services.stop(), budget, "services.stop()")
             if self._hub is not None:
-                if not await self._hub.wait_idle(grace):
-                    log.warning("streams still open after %.1fs; closing them", grace)
+                remaining = max(0.2, deadline - loop.time())
+                if not await self._hub.wait_idle(remaining):
+                    log.warning("streams still open at the shutdown deadline; closing them")
                 self._hub.close_all()
             if self._server is not None:
                 await _bounded(self._server.wait_closed(), 1.0, "listener close")

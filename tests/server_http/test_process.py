@@ -176,3 +176,27 @@ def test_signal_with_live_sessions_exits_0_promptly(
         await client.close()
 
     asyncio.run(main())
+
+
+def test_sigterm_with_a_client_that_never_reads(server_proc: Callable[..., ServerProcess]) -> None:
+    """A session stuck behind a zero window (big payloads, no WINDOW_UPDATE) does not delay exit past 5 s."""
+    proc = server_proc(["--lease-ttl", "30s"])
+    big = {"queue": "stuck", "type": "t", "payload": "A" * (1 << 20)}  # base64 text: 768 KiB decoded
+    for _ in range(4):
+        assert httpx.post(proc.url + "/conveyor.v1.TaskService/Enqueue", json=big).status_code == 200
+    host, port = proc.address.rsplit(":", 1)
+
+    async def main() -> None:
+        client = await H2Client(auto_ack=False).connect(host, int(port))
+        sid = await client.open(SESSION)
+        hello = pb.WorkerMessage(hello=pb.Hello(queues={"stuck": 1}, concurrency=4, sdk_version="test"))
+        await client.send_msg(sid, hello)
+        await client.wait(sid, lambda s: len(s.data) >= 65535 - 1024, timeout=15)
+        assert proc.proc is not None
+        started = time.monotonic()
+        proc.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.proc.wait, 10)
+        assert code == 0 and time.monotonic() - started < 5
+        await client.close()
+
+    asyncio.run(main())
