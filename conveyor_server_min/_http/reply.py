@@ -69,6 +69,9 @@ def plain_response(io: CallIO, status: int, text: str, extra: list[tuple[str, st
     """A small text/plain response (health checks, 404/405/415)."""
     body = text.encode()
     headers = [("content-type", "text/plain; charset=utf-8"), ("content-length", str(len(body)))]
+    if io.method == "HEAD":
+        io.respond(status, headers + (extra or []), end=True)
+        return
     io.respond(status, headers + (extra or []))
     io.write_nowait(body)
     io.finish()

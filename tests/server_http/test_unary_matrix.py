@@ -161,7 +161,7 @@ def test_grpc_over_http1_is_refused_and_grpc_web_works(fake_server: ThreadServer
 
 
 def test_health_and_readiness(fake_server: ThreadServer) -> None:
-    """GET /healthz answers 200 "ok"; /readyz 200 while serving; unknown paths 404; PUT 405."""
+    """/healthz answers 200 "ok" (HEAD: no body); /readyz 200 while serving; unknown paths 404; PUT 405."""
     with httpx.Client() as client:
         assert (
             client.get(fake_server.url + "/healthz").status_code,
@@ -173,6 +173,9 @@ def test_health_and_readiness(fake_server: ThreadServer) -> None:
         assert client.get(fake_server.url + "/readyz").status_code == 200
         assert client.get(fake_server.url + "/nope").status_code == 404
         assert client.put(fake_server.url + "/healthz").status_code == 405
+        head = client.head(fake_server.url + "/healthz")
+        assert head.status_code == 200 and head.content == b""
+        assert client.get(fake_server.url + "/healthz").text == "ok"  # the connection is still usable
 
 
 def test_grpc_raw_bad_bodies(fake_server: ThreadServer) -> None:
