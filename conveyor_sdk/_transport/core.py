@@ -11,8 +11,8 @@ Rules of this module:
   sender can wait until *its* message left (bounded buffering).
 * Inbound: complete messages queue until :meth:`take_message`. Received bytes are
   acknowledged (WINDOW_UPDATE) at once while the unread queue holds at most
-  ``recv_high_water`` bytes; past that, only when the application reads. Bytes of
-  a still-incomplete message are always acknowledged so large messages progress.
+  ``recv_high_water`` bytes (so a message larger than the window can complete);
+  past that, only when the application reads.
 * Terminal outcome: ``finished`` turns True with ``error`` None (clean end) or a
   :class:`ConveyorError`. Queued messages are still delivered before the outcome.
 * Every h2 exception is translated here, at this one boundary: peer faults become
