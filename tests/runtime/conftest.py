@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from conveyor_server_min.testing import ServerProcess
 from tests._util import wait_until
+from tests.conftest import FAST_ARGS
 from tests.runtime._procs import become_subreaper, live_descendants
+from tests.runtime._worker_proc import WorkerProc
 
 become_subreaper()
 
@@ -34,3 +37,32 @@ def write_app(tmp_path: Path) -> Callable[[str, str], Path]:
         return tmp_path
 
     return write
+
+
+@pytest.fixture
+def worker_factory() -> Iterator[Callable[..., WorkerProc]]:
+    """Start ``conveyor worker`` subprocesses; any still running at teardown is killed."""
+    started: list[WorkerProc] = []
+
+    def start(folder: Path, *args: str, env: dict[str, str] | None = None) -> WorkerProc:
+        proc = WorkerProc(folder, args, env).start()
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.cleanup()
+
+
+@pytest.fixture
+def server(server_factory: Callable[..., ServerProcess]) -> Iterator[ServerProcess]:
+    """The shared fast dev server, stopped here so its stdout pipe is closed too.
+
+    ServerProcess.stop() leaves the pipe open (a ResourceWarning at garbage collection,
+    an error under filterwarnings=error); the factory's own teardown still asserts exit 0.
+    """
+    proc = server_factory(FAST_ARGS)
+    yield proc
+    proc.stop()
+    if proc.proc is not None and proc.proc.stdout is not None:
+        proc.proc.stdout.close()
