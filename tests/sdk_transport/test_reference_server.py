@@ -164,3 +164,22 @@ def test_tls_reference_server(start_server: Callable[..., ServerProcess], tmp_pa
             await open_session(server.url, TransportOptions())
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_server_shutdown_ends_session(start_server: Callable[..., ServerProcess], protocol: str) -> None:
+    """SIGTERM on the server ends an established session promptly: None or Unavailable, nothing else."""
+    server = start_server()
+
+    async def main() -> None:
+        stream, _ = await _welcomed(server.url, protocol)
+        async with stream:
+            code = await asyncio.to_thread(server.stop)
+            assert code == 0
+            try:
+                end = await asyncio.wait_for(stream.recv(), 10)
+            except Unavailable:
+                return
+            assert end is None
+
+    asyncio.run(main())
