@@ -14,6 +14,7 @@ from conveyor_sdk.client import Client, RetryConfig, SyncClient, task
 from conveyor_sdk.codecs import OCTET_STREAM
 from conveyor_sdk.errors import DuplicateTask, InvalidArgument, NotFound, Unauthenticated, Unavailable
 from conveyor_sdk.types import Dependency, OnFailure, RetryPolicy, RetryStrategy, TaskState
+from tests.sdk_client.conftest import running_server
 
 
 def uid(prefix: str = "t") -> str:
@@ -182,12 +183,12 @@ def test_unreachable_server_is_unavailable() -> None:
         assert info.value.retryable and client.statistics()["calls"] == 2
 
 
-def test_bearer_token_is_sent(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_bearer_token_is_sent() -> None:
     """With auth on, a missing/wrong token is Unauthenticated and the right one works."""
-    srv = server_factory(["--token", "s3cret"])
-    with SyncClient(srv.url) as anonymous, pytest.raises(Unauthenticated):
-        anonymous.enqueue("t")
-    with SyncClient(srv.url, token="wrong") as wrong, pytest.raises(Unauthenticated):
-        wrong.get_task("x")
-    with SyncClient(srv.url, token="s3cret") as good:
-        assert good.enqueue("t").state is TaskState.PENDING
+    with running_server(["--token", "s3cret"]) as srv:
+        with SyncClient(srv.url) as anonymous, pytest.raises(Unauthenticated):
+            anonymous.enqueue("t")
+        with SyncClient(srv.url, token="wrong") as wrong, pytest.raises(Unauthenticated):
+            wrong.get_task("x")
+        with SyncClient(srv.url, token="s3cret") as good:
+            assert good.enqueue("t").state is TaskState.PENDING
