@@ -104,15 +104,21 @@ class ServerProcess:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._close_pipe()
+        return self.proc.returncode if self.proc.returncode is not None else -1
+
+    def _close_pipe(self) -> None:
         if self._reader is not None:
             self._reader.join(5)
-        return self.proc.returncode if self.proc.returncode is not None else -1
+        if self.proc is not None and self.proc.stdout is not None and not self.proc.stdout.closed:
+            self.proc.stdout.close()
 
     def kill(self) -> None:
         """Kill without grace (used when start fails)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+        self._close_pipe()
 
     def __enter__(self) -> ServerProcess:
         self.start()
