@@ -1,0 +1,181 @@
+"""Producer-client benchmark: unary Enqueue calls/s and EnqueueBatch items/s, ours vs a grpcio baseline.
+
+Run:  .venv/bin/python bench/client_bench.py [--calls 2000] [--concurrency 32] [--batches 10] [--rounds 2]
+
+Starts ``python -m conveyor_server_min --dev`` on a free port and, in the same
+run and against the same server, measures:
+
+* ``Client`` (async, Connect + proto over h2c, validation + codec included),
+  ``Client(protocol="grpc")``, and ``SyncClient`` (sequential only);
+* the baseline: ``grpc.aio`` with hand-written ``channel.unary_unary`` stubs and
+  the same pre-encoded payload (no validation, no codec).
+
+Figures: sequential calls/s, concurrent calls/s (``--concurrency`` in flight),
+EnqueueBatch items/s (1000 items per call), and client CPU microseconds per
+call (this process only; the server runs in its own process). The best of
+``--rounds`` rounds is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb  # noqa: E402
+from conveyor_sdk.client import Client, SyncClient, task  # noqa: E402
+from conveyor_server_min.testing import ServerProcess  # noqa: E402
+
+PAYLOAD = {"user_id": 42, "email": "someone@example.com"}
+BATCH = 1000
+
+
+@dataclass
+class Figure:
+    name: str
+    ops: int
+    wall: float
+    cpu: float
+
+    def line(self, unit: str) -> str:
+        rate = self.ops / self.wall if self.wall else 0.0
+        return f"  {self.name:<34} {rate:>10,.0f} {unit}/s   {self.cpu / self.ops * 1e6:>8.1f} us CPU/{unit}"
+
+
+async def timed(name: str, ops: int, body: Callable[[], Awaitable[None]]) -> Figure:
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    await body()
+    return Figure(name, ops, time.perf_counter() - wall0, time.process_time() - cpu0)
+
+
+async def concurrently(n: int, width: int, call: Callable[[int], Awaitable[object]]) -> None:
+    next_index = iter(range(n))
+
+    async def lane() -> None:
+        for i in next_index:
+            await call(i)
+
+    await asyncio.gather(*(lane() for _ in range(width)))
+
+
+def baseline_stubs(channel: grpc.aio.Channel) -> tuple[Callable[..., Awaitable[pb.EnqueueResponse]], ...]:
+    enqueue = channel.unary_unary(
+        "/conveyor.v1.TaskService/Enqueue",
+        request_serializer=pb.EnqueueRequest.SerializeToString,
+        response_deserializer=pb.EnqueueResponse.FromString,
+    )
+    batch = channel.unary_unary(
+        "/conveyor.v1.TaskService/EnqueueBatch",
+        request_serializer=pb.EnqueueBatchRequest.SerializeToString,
+        response_deserializer=pb.EnqueueBatchResponse.FromString,
+    )
+    return enqueue, batch
+
+
+async def bench_ours(url: str, args: argparse.Namespace, protocol: str) -> list[Figure]:
+    label = f"Client ({protocol})"
+    async with Client(url, protocol=protocol) as client:  # type: ignore[arg-type]
+        await client.enqueue("warmup", PAYLOAD)
+
+        async def seq() -> None:
+            for _ in range(args.calls):
+                await client.enqueue("bench", PAYLOAD, queue="bench")
+
+        async def conc() -> None:
+            await concurrently(
+                args.calls, args.concurrency, lambda i: client.enqueue("bench", PAYLOAD, queue="bench")
+            )
+
+        items = [task("bench", PAYLOAD, queue="bench") for _ in range(BATCH)]
+
+        async def batches() -> None:
+            for _ in range(args.batches):
+                await client.enqueue_batch(items)
+
+        return [
+            await timed(f"{label} sequential", args.calls, seq),
+            await timed(f"{label} x{args.concurrency}", args.calls, conc),
+            await timed(f"{label} EnqueueBatch", args.batches * BATCH, batches),
+        ]
+
+
+async def bench_baseline(url: str, args: argparse.Namespace) -> list[Figure]:
+    target = url.removeprefix("http://")
+    data = b'{"email":"someone@example.com","user_id":42}'
+    req = pb.EnqueueRequest(type="bench", queue="bench", payload=data, content_type="application/json")
+    async with grpc.aio.insecure_channel(target) as channel:
+        enqueue, batch = baseline_stubs(channel)
+        await enqueue(req)
+
+        async def seq() -> None:
+            for _ in range(args.calls):
+                await enqueue(req)
+
+        async def conc() -> None:
+            await concurrently(args.calls, args.concurrency, lambda i: enqueue(req))
+
+        breq = pb.EnqueueBatchRequest(tasks=[req] * BATCH)
+
+        async def batches() -> None:
+            for _ in range(args.batches):
+                await batch(breq)
+
+        return [
+            await timed("grpc.aio baseline sequential", args.calls, seq),
+            await timed(f"grpc.aio baseline x{args.concurrency}", args.calls, conc),
+            await timed("grpc.aio baseline EnqueueBatch", args.batches * BATCH, batches),
+        ]
+
+
+def bench_sync(url: str, args: argparse.Namespace) -> Figure:
+    with SyncClient(url) as client:
+        client.enqueue("warmup", PAYLOAD)
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        for _ in range(args.calls):
+            client.enqueue("bench", PAYLOAD, queue="bench")
+        return Figure(
+            "SyncClient sequential", args.calls, time.perf_counter() - wall0, time.process_time() - cpu0
+        )
+
+
+def best(rounds: list[list[Figure]]) -> list[Figure]:
+    return [min(group, key=lambda f: f.wall) for group in zip(*rounds, strict=True)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    with ServerProcess(["--dev"]) as server:
+        results: dict[str, list[list[Figure]]] = {"connect": [], "grpc": [], "baseline": [], "sync": []}
+        for _ in range(args.rounds):
+            results["connect"].append(asyncio.run(bench_ours(server.url, args, "connect")))
+            results["grpc"].append(asyncio.run(bench_ours(server.url, args, "grpc")))
+            results["baseline"].append(asyncio.run(bench_baseline(server.url, args)))
+            results["sync"].append([bench_sync(server.url, args)])
+        code = server.stop()
+    print(
+        f"client benchmark: {args.calls} unary calls, {args.batches}x{BATCH} batch items,"
+        f" best of {args.rounds}"
+    )
+    for key in ("connect", "grpc", "sync", "baseline"):
+        figures = best(results[key])
+        for fig in figures:
+            print(fig.line("item" if "Batch" in fig.name else "call"))
+    print(f"server exit code: {code}")
+
+
+if __name__ == "__main__":
+    main()
