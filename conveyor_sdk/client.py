@@ -37,6 +37,7 @@ from conveyor_sdk._client.transport import ClientConfig, Protocol, UnaryCaller, 
 from conveyor_sdk._gen.conveyor.v1 import service_connect as sc
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.codecs import CodecRegistry
+from conveyor_sdk.errors import DuplicateTask
 from conveyor_sdk.types import Duration, EnqueueResult, TaskInfo
 
 __all__ = [
@@ -77,6 +78,22 @@ def _seconds(value: Duration | None) -> float | None:
     if value is None:
         return None
     return value.total_seconds() if hasattr(value, "total_seconds") else float(value)
+
+
+def _landed_earlier(exc: DuplicateTask, req: pb.EnqueueRequest) -> bool:
+    """An Enqueue with task_id that hit ``already_exists`` only after an ``unavailable`` retry.
+
+    The earlier attempt most likely committed the task and only its answer was
+    lost, so the duplicate is our own: read the task back instead of failing.
+    """
+    return bool(req.task_id) and exc.details.get("attempts", 1) > 1
+
+
+def _check_same(exc: DuplicateTask, req: pb.EnqueueRequest, stored: pb.TaskInfo) -> pb.TaskInfo:
+    """The stored task if it is plausibly ours (same type and queue), else the original error."""
+    if stored.type != req.type or stored.queue != (req.queue or "default"):
+        raise exc
+    return stored
 
 
 class _Base:
@@ -165,7 +182,14 @@ class Client(_Base):
     ) -> TaskInfo:  # fmt: skip
         """Enqueue one task; returns the committed TaskInfo (PENDING, SCHEDULED, BLOCKED...)."""
         req = self._enqueue_request(type, payload, options)
-        resp = await self._caller.acall("Enqueue", self._tasks.enqueue, req, _seconds(rpc_timeout))
+        try:
+            resp = await self._caller.acall("Enqueue", self._tasks.enqueue, req, _seconds(rpc_timeout))
+        except DuplicateTask as exc:
+            if not _landed_earlier(exc, req):
+                raise
+            get = pb.GetTaskRequest(id=req.task_id)
+            stored = (await self._caller.acall("GetTask", self._tasks.get_task, get)).task
+            return task_info(_check_same(exc, req, stored))
         return task_info(resp.task)
 
     async def enqueue_batch(
@@ -231,7 +255,15 @@ class SyncClient(_Base):
     ) -> TaskInfo:  # fmt: skip
         """Enqueue one task; returns the committed TaskInfo."""
         req = self._enqueue_request(type, payload, options)
-        return task_info(self._caller.call("Enqueue", self._tasks.enqueue, req, _seconds(rpc_timeout)).task)
+        try:
+            resp = self._caller.call("Enqueue", self._tasks.enqueue, req, _seconds(rpc_timeout))
+        except DuplicateTask as exc:
+            if not _landed_earlier(exc, req):
+                raise
+            get = pb.GetTaskRequest(id=req.task_id)
+            stored = self._caller.call("GetTask", self._tasks.get_task, get).task
+            return task_info(_check_same(exc, req, stored))
+        return task_info(resp.task)
 
     def enqueue_batch(
         self, tasks: Sequence[TaskSpec], *, rpc_timeout: Duration | None = None

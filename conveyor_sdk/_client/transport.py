@@ -113,6 +113,13 @@ def translate(exc: BaseException) -> ConveyorError:
     return Unavailable(f"transport failure: {type(exc).__name__}: {exc}")
 
 
+def _with_attempts(err: ConveyorError, attempt: int) -> ConveyorError:
+    """Record how many attempts the call took (``details["attempts"]``) when it was retried."""
+    if attempt > 1:
+        err.details = {**err.details, "attempts": attempt}
+    return err
+
+
 def _cancelled(exc: BaseException) -> bool:
     """connectrpc turns task cancellation into ConnectError(CANCELED); undo that."""
     return isinstance(exc, ConnectError) and isinstance(exc.__cause__, asyncio.CancelledError)
@@ -148,7 +155,7 @@ class UnaryCaller:
             except Exception as exc:
                 if _cancelled(exc):
                     raise asyncio.CancelledError() from exc
-                err = translate(exc)
+                err = _with_attempts(translate(exc), attempt)
                 if not should_retry(err, attempt, plan):
                     raise err from exc
             self.retries += 1
@@ -172,7 +179,7 @@ class UnaryCaller:
             try:
                 return fn(request, headers=self.headers, timeout_ms=timeout_ms)
             except Exception as exc:
-                err = translate(exc)
+                err = _with_attempts(translate(exc), attempt)
                 if not should_retry(err, attempt, plan):
                     raise err from exc
             self.retries += 1

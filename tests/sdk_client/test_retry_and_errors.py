@@ -242,3 +242,46 @@ def test_bad_addresses_and_options() -> None:
         SyncClient("http://x", protocol="grpc-web")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="unknown client option"):
         SyncClient("http://x", tokn="a")  # type: ignore[call-arg]
+
+
+class LostAnswer(AsyncFlaky):
+    """Commits the first Enqueue but answers unavailable; repeats are already_exists."""
+
+    def __init__(self, stored_type: str | None = None) -> None:
+        super().__init__(0)
+        self.stored: dict[str, pb.TaskInfo] = {}
+        self.stored_type = stored_type
+
+    async def enqueue(self, req: pb.EnqueueRequest, ctx: object) -> pb.EnqueueResponse:
+        self.calls.append("Enqueue")
+        if req.task_id in self.stored:
+            raise ConnectError(CCode.ALREADY_EXISTS, "duplicate task")
+        info = self._info(req)
+        if self.stored_type:
+            info.type = self.stored_type
+        self.stored[req.task_id] = info
+        raise ConnectError(CCode.UNAVAILABLE, "connection lost after commit")
+
+    async def get_task(self, req: pb.GetTaskRequest, ctx: object) -> pb.GetTaskResponse:
+        self.calls.append("GetTask")
+        return pb.GetTaskResponse(task=self.stored[req.id])
+
+
+def test_duplicate_after_retry_reads_back_our_own_task() -> None:
+    """Enqueue(task_id) whose answer was lost returns the stored task instead of DuplicateTask."""
+
+    async def main() -> None:
+        service = LostAnswer()
+        async with _client(service) as client:
+            info = await client.enqueue("t", {"a": 1}, task_id="mine")
+            assert info.id == "mine" and service.calls == ["Enqueue", "Enqueue", "GetTask"]
+            service.calls.clear()
+            with pytest.raises(DuplicateTask):  # a first-attempt duplicate is a real duplicate
+                await client.enqueue("t", {"a": 1}, task_id="mine")
+            assert service.calls == ["Enqueue"]
+        other = LostAnswer(stored_type="someone-else")
+        async with _client(other) as client:
+            with pytest.raises(DuplicateTask):  # stored task is not ours: keep the error
+                await client.enqueue("t", None, task_id="theirs")
+
+    asyncio.run(main())
