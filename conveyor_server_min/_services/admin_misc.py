@@ -4,6 +4,7 @@ server does not implement (webhooks), which answer ``unimplemented`` at once."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -74,7 +75,7 @@ class MiscAdmin:
         self._stopping.set()
 
     async def cluster_info(self, req: Any, ctx: CallContext) -> pb.ClusterInfoResponse:
-        address = self.engine.config.extras.get("address", "")
+        address = self.engine.config.extras.get("address") or socket.gethostname()
         node = pb.NodeInfo(address=address, started_at=timestamp(self.engine.started_at))
         return pb.ClusterInfoResponse(nodes=[node])
 
