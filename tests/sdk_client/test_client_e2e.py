@@ -192,3 +192,12 @@ def test_bearer_token_is_sent() -> None:
             wrong.get_task("x")
         with SyncClient(srv.url, token="s3cret") as good:
             assert good.enqueue("t").state is TaskState.PENDING
+
+
+def test_connect_over_http1(url: str) -> None:
+    """http2=False speaks Connect over HTTP/1.1; gRPC refuses to be configured without HTTP/2."""
+    with SyncClient(url, http2=False) as client:
+        info = client.enqueue("h1", {"v": 1})
+        assert client.get_task(info.id).decode() == {"v": 1}
+    with pytest.raises(ValueError, match="needs HTTP/2"):
+        SyncClient(url, http2=False, protocol="grpc")

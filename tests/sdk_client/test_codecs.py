@@ -7,6 +7,8 @@ from typing import Any, TypedDict
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk.codecs import (
@@ -168,3 +170,20 @@ def test_task_info_decode_uses_content_type() -> None:
     info = TaskInfo(id="1", queue="q", type="t", state=TaskState.PENDING, payload=b'{"user_id":3}',
                     content_type=JSON)  # fmt: skip
     assert info.decode(Welcome) == Welcome(user_id=3)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(JSON_VALUES)
+def test_json_round_trip_property(value: Any) -> None:
+    """Any JSON value survives encode/decode, is compact, and never contains raw <, > or &."""
+    codec = JSONCodec()
+    data = codec.encode(value)
+    assert codec.decode(data) == value
+    assert not any(ch in data for ch in (b"<", b">", b"&")) and b"\n" not in data
