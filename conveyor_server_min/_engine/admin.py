@@ -50,8 +50,7 @@ class AdminOps:
         return FailedPrecondition(f"task {task.id} is {task.state.name.lower()} and cannot be {action}")
 
     def _finish(self) -> None:
-        self.engine.dispatcher.pump()
-        self.engine.on_timer_change()
+        self.engine.pump()
 
     # --- task actions ----------------------------------------------------------------------------
     def cancel(self, task_id: str, *, allow_active: bool = True) -> None:
@@ -168,4 +167,4 @@ class AdminOps:
 
     def _wake(self, queue: str) -> None:
         self.engine.dispatcher.mark(queue)
-        self.engine.dispatcher.pump()
+        self.engine.pump()

@@ -103,7 +103,6 @@ class Dispatcher:
     def pump(self) -> int:
         """Dispatch until nothing more can go; returns the number of deliveries made."""
         now = self.clock.now()
-        self.rate_wake = None
         made = 0
         while self._dirty:
             for queue in list(self._dirty):

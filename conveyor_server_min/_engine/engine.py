@@ -119,8 +119,7 @@ class Engine:
             self._maybe_fire_full(task, now)
 
     def _after_commit(self) -> None:
-        self.dispatcher.pump()
-        self.on_timer_change()
+        self.pump()
 
     # --- worker sessions -------------------------------------------------------------------------
     def open_session(
@@ -150,7 +149,7 @@ class Engine:
     def start_session(self, session: SessionState) -> None:
         """Begin dispatching to a registered session (after its Welcome went out)."""
         self.dispatcher.mark_session(session)
-        self.dispatcher.pump()
+        self.pump()
 
     def close_session(self, session: SessionState) -> None:
         """Release every task still leased to the session (no retry charge), then forget it."""
@@ -164,7 +163,7 @@ class Engine:
                 if task is not None:
                     self.transitions.release(task, now)
             session.remove(delivery)
-        self.dispatcher.pump()
+        self.pump()
 
     def _leased(self, task_id: str, lease_id: int) -> Task | None:
         task = self.broker.get(task_id)
@@ -179,8 +178,7 @@ class Engine:
             return
         self._apply(session, delivery, (task_id, outcome, message, data))
         self.dispatcher.mark_session(session)
-        self.dispatcher.pump()
-        self.on_timer_change()
+        self.pump()
 
     def batch_result(self, session: SessionState, results: Sequence[tuple[str, int, str, bytes]]) -> None:
         """A BatchResult: members omitted from ``results`` are RELEASED; one slot is refunded per batch."""
@@ -196,8 +194,7 @@ class Engine:
                 self._apply(session, delivery, (task_id, Outcome.RELEASED, "", b""))
             session.remove(delivery)
         self.dispatcher.mark_session(session)
-        self.dispatcher.pump()
-        self.on_timer_change()
+        self.pump()
 
     def _apply(self, session: SessionState, delivery: Delivery, report: tuple[str, int, str, bytes]) -> None:
         task_id, outcome, message, data = report
@@ -228,7 +225,7 @@ class Engine:
                     freed = freed or not delivery.members
         if freed:
             self.dispatcher.mark_session(session)
-            self.dispatcher.pump()
+            self.pump()
 
     def credit(self, session: SessionState, n: int) -> None:
         """Restore up to ``n`` slots held by deliveries whose leases were all lost (never above capacity)."""
@@ -240,7 +237,7 @@ class Engine:
                 session.remove(delivery)
                 restored += 1
         self.dispatcher.mark_session(session)
-        self.dispatcher.pump()
+        self.pump()
 
     def progress(self, session: SessionState, task_id: str, percent: int, message: str) -> None:
         delivery = session.by_task.get(task_id)
@@ -307,10 +304,16 @@ class Engine:
         return GroupConfig(cfg.group_max_size, cfg.group_max_delay, cfg.group_grace_period)
 
     def wake_due(self) -> None:
-        """Pump every queue that has due work (after timers fire)."""
+        """Pump every queue that has due work (after timers fire); recomputes the rate-limit wake."""
+        self.dispatcher.rate_wake = None
         for queue in self.broker.queues_with_due_work(self.now()):
             self.dispatcher.mark(queue)
+        self.pump()
+
+    def pump(self) -> None:
+        """Dispatch what can go now, then let the timer loop know about new timers."""
         self.dispatcher.pump()
+        self.on_timer_change()
 
     def next_timer(self) -> float | None:
         """Earliest instant at which time alone makes new work dispatchable."""

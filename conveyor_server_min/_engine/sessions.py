@@ -84,8 +84,12 @@ class SessionState:
         return self.concurrency - len(self.deliveries)
 
     def add(self, delivery: Delivery) -> None:
+        """Open a delivery; an older delivery of the same task (a lost lease) is superseded."""
         self.deliveries[delivery.id] = delivery
         for task_id in delivery.members:
+            old = self.by_task.get(task_id)
+            if old is not None and old is not delivery:
+                self.forget_member(old, task_id)
             self.by_task[task_id] = delivery
         self.dispatched += 1
 

@@ -460,3 +460,29 @@ def test_stop_ends_sessions_cleanly_and_refuses_new_ones() -> None:
         assert isinstance(exc, ConveyorError) and exc.code is Code.UNAVAILABLE
 
     asyncio.run(main())
+
+
+def test_redelivery_to_the_same_session_supersedes_the_lost_delivery() -> None:
+    """A task re-leased to the session that lost it occupies one slot, not two."""
+
+    async def main() -> None:
+        services, clock = make()
+        info = await enqueue(services)
+        w = Worker(services)
+        await w.open(concurrency=2)
+        await w.dispatch()
+        clock.advance(3)
+        services.engine.reap()  # lease lost; RETRY due now; the second slot takes it again
+        again = await w.dispatch()
+        assert (again.task.id, again.task.retried) == (info.id, 1)
+        w.heartbeat(info.id)
+        w.result(info.id)
+        await w.settle()
+        assert (await get(services, info.id)).state == S.TASK_STATE_COMPLETED
+        for _ in range(2):
+            await enqueue(services)
+        await w.dispatch()
+        await w.dispatch()
+        await w.close()
+
+    asyncio.run(main())
