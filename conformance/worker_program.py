@@ -11,7 +11,8 @@ Environment contract (the one the upstream suite uses for every SDK's worker):
   handler doing the same.
 
 Extensions used by the ``sdk.*`` checks (harmless for the upstream contract):
-``CONCURRENCY`` (default 4); types ``conformance:fail`` (raises),
+``CONCURRENCY`` (default 4), ``DRAIN_GRACE_S`` (default 5: how long a drain lets
+running handlers finish before releasing them); types ``conformance:fail`` (raises),
 ``conformance:skip`` (SkipRetry), ``conformance:json`` (decodes the payload by
 its content_type and returns it re-encoded as the result bytes).
 """
@@ -78,6 +79,7 @@ def _worker(env: Mapping[str, str], queues: dict[str, int]) -> Any:
         queues=queues,
         concurrency=int(env.get("CONCURRENCY", "4")),
         token=env.get("CONVEYOR_TOKEN") or None,
+        grace=float(env.get("DRAIN_GRACE_S", "5")),
     )
 
 

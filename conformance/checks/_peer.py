@@ -110,8 +110,9 @@ class Conversation:
         deadline_in: float = 60.0,
         payload: bytes = b"",
         content_type: str = "application/json",
+        options: tpb.TaskOptions | None = None,
     ) -> None:
-        """Send a Dispatch for one task."""
+        """Send a Dispatch for one task (``options`` as a server would echo them)."""
         env = tpb.TaskEnvelope(
             id=task_id,
             queue=self.ctx.queue,
@@ -120,6 +121,8 @@ class Conversation:
             content_type=content_type,
             retried=0,
         )
+        if options is not None:
+            env.options.CopyFrom(options)
         await self.send(
             pb.ServerMessage(dispatch=pb.Dispatch(task=env, deadline=ts(time.time() + deadline_in)))
         )

@@ -11,8 +11,9 @@ import asyncio
 import itertools
 import json
 import statistics
+import time
 
-from conveyor_conformance.checks._common import RELEASED, RETRY, SKIP_RETRY, SUCCESS
+from conveyor_conformance.checks._common import RELEASED, RETRY, SKIP_RETRY, SUCCESS, dur, ts
 from conveyor_conformance.checks._peer import Conversation, open_conversation
 from conveyor_conformance.context import CheckContext
 from conveyor_conformance.model import CheckFailed, Requirement
@@ -217,17 +218,26 @@ async def exception_retry(ctx: CheckContext) -> str:
     "sdk.9.honours-dispatch-deadline",
     section="9",
     requires=NEEDS,
-    description="Cancels a handler running past Dispatch.deadline and reports RETRY.",
+    description=(
+        "Cancels a handler running past its Dispatch.deadline (set from TaskOptions.deadline or "
+        "timeout, as a server does) and reports RETRY."
+    ),
 )
 async def honours_deadline(ctx: CheckContext) -> str:
-    conv = await _ready(ctx, sleep_ms=20_000)
+    from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+
+    conv = await _ready(ctx, sleep_ms=20_000, concurrency=2)
     loop = asyncio.get_running_loop()
     start = loop.time()
-    await conv.dispatch("t-late", deadline_in=0.8)
-    await conv.until(_has_result("t-late"), "Result after the deadline", within=8)
-    res = conv.seen.results()["t-late"][0]
-    ctx.expect(res.outcome == RETRY, f"deadline outcome {res.outcome}, want RETRY")
-    return f"RETRY {loop.time() - start:.1f}s after a 0.8 s deadline"
+    by_deadline = tpb.TaskOptions(deadline=ts(time.time() + 0.8))
+    by_timeout = tpb.TaskOptions(timeout=dur(0.8))
+    await conv.dispatch("t-deadline", deadline_in=0.8, options=by_deadline)
+    await conv.dispatch("t-timeout", deadline_in=0.8, options=by_timeout)
+    for task_id in ("t-deadline", "t-timeout"):
+        await conv.until(_has_result(task_id), f"Result for {task_id} after its deadline", within=8)
+        res = conv.seen.results()[task_id][0]
+        ctx.expect(res.outcome == RETRY, f"{task_id}: outcome {res.outcome}, want RETRY")
+    return f"both RETRY {loop.time() - start:.1f}s after 0.8 s deadlines (TaskOptions.deadline and timeout)"
 
 
 @check(
