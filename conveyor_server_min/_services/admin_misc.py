@@ -69,7 +69,7 @@ class MiscAdmin:
         return out
 
     def streams(self) -> list[ServerStreamMethod]:
-        return [ServerStreamMethod(PREFIX + "WatchEvents", pb.WatchEventsRequest, tpb.TaskEvent, self.watch)]  # type: ignore[arg-type]
+        return [ServerStreamMethod(PREFIX + "WatchEvents", pb.WatchEventsRequest, tpb.TaskEvent, self.watch)]
 
     async def stop(self) -> None:
         self._stopping.set()

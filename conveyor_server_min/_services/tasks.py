@@ -24,15 +24,15 @@ class TaskService:
 
     def methods(self) -> list[UnaryMethod]:
         return [
-            UnaryMethod(_PREFIX + "Enqueue", pb.EnqueueRequest, pb.EnqueueResponse, self.enqueue),  # type: ignore[arg-type]
+            UnaryMethod(_PREFIX + "Enqueue", pb.EnqueueRequest, pb.EnqueueResponse, self.enqueue),
             UnaryMethod(
                 _PREFIX + "EnqueueBatch",
                 pb.EnqueueBatchRequest,
                 pb.EnqueueBatchResponse,
-                self.enqueue_batch,  # type: ignore[arg-type]
+                self.enqueue_batch,
             ),
-            UnaryMethod(_PREFIX + "EnqueueTx", pb.EnqueueTxRequest, pb.EnqueueTxResponse, self.enqueue_tx),  # type: ignore[arg-type]
-            UnaryMethod(_PREFIX + "GetTask", pb.GetTaskRequest, pb.GetTaskResponse, self.get_task),  # type: ignore[arg-type]
+            UnaryMethod(_PREFIX + "EnqueueTx", pb.EnqueueTxRequest, pb.EnqueueTxResponse, self.enqueue_tx),
+            UnaryMethod(_PREFIX + "GetTask", pb.GetTaskRequest, pb.GetTaskResponse, self.get_task),
         ]
 
     def _build(self, req: pb.EnqueueRequest) -> Task:
