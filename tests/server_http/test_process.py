@@ -200,3 +200,15 @@ def test_sigterm_with_a_client_that_never_reads(server_proc: Callable[..., Serve
         await client.close()
 
     asyncio.run(main())
+
+
+def test_port_in_use_is_one_line_error() -> None:
+    """Binding a port that is taken prints one ``error:`` line and exits 1, no traceback."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = _run(["--dev", "--port", str(taken.getsockname()[1])])
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("error: cannot listen on 127.0.0.1:") and "Traceback" not in proc.stderr
