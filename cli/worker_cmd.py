@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
             typer.Option("-q", "--queue", help="NAME=WEIGHT (repeatable); default: the app's queues."),
         ] = [],  # noqa: B006 - typer needs a literal default for list options
         concurrency: Annotated[
-            int | None, typer.Option(help="Total tasks at once (default: one per process, 8 in-process).")
+            int | None, typer.Option(help="Total tasks at once (default: two per process, 8 in-process).")
         ] = None,
         processes: Annotated[
             int | None, typer.Option(help="Child processes (default: CPU count; 0 = run in-process).")
@@ -180,7 +180,7 @@ def run_worker_command(
     config = SupervisorConfig(
         app=app_spec,
         queues=queues,
-        concurrency=concurrency or (procs if procs > 0 else 8),
+        concurrency=concurrency or (2 * procs if procs > 0 else 8),
         processes=procs,
         server=server,
         token=token,

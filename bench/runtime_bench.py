@@ -1,0 +1,198 @@
+"""Process pools vs in-process execution, end to end against the reference server.
+
+Prints, side by side from one run:
+
+* CPU-bound handler (~5 ms of pure Python): throughput with --processes 1 vs 2
+  (target >= 1.7x on 2 cores);
+* no-op handler: throughput and supervisor CPU per task, process mode vs
+  --processes 0 (target: process mode >= 2,000 tasks/s);
+* peak RSS (VmHWM) per child process.
+
+Each scenario enqueues N tasks (EnqueueBatch) first, then starts a real
+``conveyor worker`` subprocess and times from "session established" to the
+moment the server counts all N completed. Supervisor CPU is the worker
+process's own utime+stime from /proc (children are separate processes).
+
+    .venv/bin/python bench/runtime_bench.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from conveyor_sdk.client import SyncClient, TaskSpec  # noqa: E402
+from conveyor_sdk.types import TaskState  # noqa: E402
+from conveyor_server_min.testing import ServerProcess  # noqa: E402
+
+APP = """
+import time
+from conveyor_sdk._worker.registry import Registry
+
+app = Registry()
+
+def _work(rounds):
+    x = 0
+    for i in range(rounds):
+        x = (x * 31 + i) % 1000003
+    return x
+
+def _calibrate(seconds=0.005):
+    rounds, t0 = 1000, time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        _work(rounds)
+        took = time.perf_counter() - t0
+        if took > 0.02:
+            return int(rounds * seconds / took)
+        rounds *= 2
+
+ROUNDS = _calibrate()  # fixed work of ~5 ms on one idle core
+
+@app.handler("cpu")
+def cpu(task, ctx):
+    _work(ROUNDS)
+
+@app.handler("noop")
+async def noop(task, ctx):
+    return None
+"""
+
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Result:
+    name: str
+    tasks: int
+    seconds: float
+    sup_cpu: float
+    child_rss_mib: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.tasks / self.seconds
+
+    @property
+    def cpu_per_task_us(self) -> float:
+        return self.sup_cpu / self.tasks * 1e6
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+            if ppid == pid:
+                out.append(int(name))
+    return out
+
+
+def _hwm_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _is_child(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"conveyor_sdk._runtime.child" in fh.read()
+    except OSError:
+        return False
+
+
+def _completed(client: SyncClient, queue: str) -> int:
+    for info in client.admin.list_queues():
+        if info.name == queue:
+            return info.counts.get(TaskState.COMPLETED, 0)
+    return 0
+
+
+def _enqueue(client: SyncClient, type_: str, queue: str, n: int) -> None:
+    for start in range(0, n, 1000):
+        batch = [TaskSpec(type_, b"", queue=queue, retention=3600) for _ in range(min(1000, n - start))]
+        client.enqueue_batch(batch)
+
+
+def scenario(server: ServerProcess, folder: Path, name: str, type_: str, n: int, *args: str) -> Result:
+    queue = f"q{abs(hash(name)) % 10**8}"
+    with SyncClient(server.url) as client:
+        _enqueue(client, type_, queue, n)
+        cmd = [sys.executable, "-m", "conveyor_cli", "worker", "bench_app:app", "--server", server.url,
+               "-q", f"{queue}=1", "--log-format", "json", *args]  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "established" in line:
+                break
+        t0 = time.perf_counter()
+        cpu0 = _cpu_seconds(proc.pid)
+        rss: dict[int, float] = {}
+        while _completed(client, queue) < n:
+            for pid in _children(proc.pid):
+                if _is_child(pid):
+                    rss[pid] = max(rss.get(pid, 0.0), _hwm_mib(pid))
+            time.sleep(0.05)
+        seconds = time.perf_counter() - t0
+        sup_cpu = _cpu_seconds(proc.pid) - cpu0
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    return Result(name, n, seconds, sup_cpu, sorted(rss.values()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fewer tasks")
+    opts = parser.parse_args()
+    cpu_n, noop_n = (200, 2000) if opts.quick else (600, 8000)
+    with tempfile.TemporaryDirectory() as tmp, ServerProcess(["--lease-ttl", "60s"]) as server:
+        folder = Path(tmp)
+        (folder / "bench_app.py").write_text(APP)
+        noop = ("--concurrency", "64")
+        results = [
+            scenario(server, folder, "cpu 5ms, --processes 1", "cpu", cpu_n, "--processes", "1"),
+            scenario(server, folder, "cpu 5ms, --processes 2", "cpu", cpu_n, "--processes", "2"),
+            scenario(server, folder, "no-op, --processes 0", "noop", noop_n, "--processes", "0", *noop),
+            scenario(server, folder, "no-op, --processes 2", "noop", noop_n, "--processes", "2", *noop),
+        ]
+    print(f"{'scenario':<28}{'tasks':>7}{'tasks/s':>10}{'sup CPU/task':>15}{'child peak RSS MiB':>22}")
+    for r in results:
+        rss = ", ".join(f"{v:.0f}" for v in r.child_rss_mib) or "-"
+        print(f"{r.name:<28}{r.tasks:>7}{r.rate:>10.0f}{r.cpu_per_task_us:>12.0f} us{rss:>22}")
+    cpu1, cpu2, noop0, noop2 = results
+    print(f"\nCPU-bound speed-up, 2 processes vs 1: {cpu2.rate / cpu1.rate:.2f}x (target >= 1.7x)")
+    print(f"no-op, process mode: {noop2.rate:.0f} tasks/s (target >= 2000); in-process: {noop0.rate:.0f}/s")
+    print(
+        f"supervisor CPU per no-op task: {noop2.cpu_per_task_us:.0f} us (process mode) vs "
+        f"{noop0.cpu_per_task_us:.0f} us (in-process, includes running the handlers)"
+    )
+
+
+if __name__ == "__main__":
+    main()
