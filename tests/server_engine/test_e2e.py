@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -154,3 +155,25 @@ def test_groups_and_scheduled_tasks_use_the_real_timers(tasks: TaskServiceClient
         await stream.aclose()
 
     asyncio.run(main())
+
+
+def test_watch_events_streams_over_connect(tasks: TaskServiceClientSync, url: str) -> None:
+    """WatchEvents delivers TaskEvents for the watched queue as a server stream."""
+    admin = AdminServiceClientSync(url, send_compression=None)
+    got: list[tpb.TaskEvent] = []
+
+    def consume() -> None:
+        for event in admin.watch_events(pb.WatchEventsRequest(queues=["watched"])):
+            got.append(event)
+            if event.event_type == tpb.TASK_EVENT_TYPE_SCHEDULED:
+                return
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    # The subscription starts asynchronously: keep producing until the first event shows up.
+    wait_until(lambda: tasks.enqueue(pb.EnqueueRequest(type="w", queue="watched")) and got, 10)
+    tasks.enqueue(pb.EnqueueRequest(type="w", queue="watched", process_in={"seconds": 60}))
+    thread.join(10)
+    assert not thread.is_alive()
+    assert got[0].event_type == tpb.TASK_EVENT_TYPE_ENQUEUED and got[0].queue == "watched"
+    assert got[-1].state == S.TASK_STATE_SCHEDULED
