@@ -55,6 +55,8 @@ __all__ = [
     "normalize_content_type",
 ]
 
+_BYTES = (bytes, bytearray, memoryview)
+
 JSON = "application/json"
 OCTET_STREAM = "application/octet-stream"
 PROTOBUF = "application/x-protobuf"
@@ -148,7 +150,7 @@ class OctetStreamCodec:
 
     def encode(self, value: Any) -> bytes:
         """Accept bytes, bytearray or memoryview only."""
-        if isinstance(value, bytes | bytearray | memoryview):
+        if isinstance(value, _BYTES):
             return bytes(value)
         raise CodecError(f"{OCTET_STREAM} payloads must be bytes, got {type(value).__name__}")
 
@@ -212,6 +214,9 @@ class CodecRegistry:
 
     def get(self, content_type: str) -> Codec:
         """The codec for ``content_type``; :class:`UnknownContentType` when none."""
+        codec = self._codecs.get(content_type)  # fast path: already normalized
+        if codec is not None:
+            return codec
         key = normalize_content_type(content_type)
         try:
             return self._codecs[key]
@@ -242,7 +247,7 @@ class CodecRegistry:
             if value is None:
                 return b"", ""
             content_type = content_type_for(value)
-        if isinstance(value, bytes | bytearray | memoryview):
+        if isinstance(value, _BYTES):
             return bytes(value), content_type
         return self.get(content_type).encode(value), content_type
 
@@ -258,12 +263,12 @@ def content_type_for(value_or_type: Any) -> str:
     """Default content_type for a value or an annotation type."""
     obj = value_or_type
     if isinstance(obj, type):
-        if issubclass(obj, bytes | bytearray | memoryview):
+        if issubclass(obj, _BYTES):
             return OCTET_STREAM
         if issubclass(obj, _ProtoMessage):
             return PROTOBUF
         return JSON
-    if isinstance(obj, bytes | bytearray | memoryview):
+    if isinstance(obj, _BYTES):
         return OCTET_STREAM
     if isinstance(obj, _ProtoMessage):
         return PROTOBUF

@@ -76,6 +76,12 @@ OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__ | EnqueueOptions.__req
 _DURATIONS = ("timeout", "process_in", "unique_ttl", "retention", "expires_in")
 _TIMESTAMPS = ("deadline", "process_at", "expires_at")
 _STRINGS = ("task_id", "queue", "unique_key", "group", "concurrency_key")
+_STRING_SET = frozenset(_STRINGS)
+_SCALAR_KIND = {
+    **dict.fromkeys((*_STRINGS, "max_retry", "priority"), "plain"),
+    **dict.fromkeys(_DURATIONS, "duration"),
+    **dict.fromkeys(_TIMESTAMPS, "timestamp"),
+}
 _EXCLUSIVE = (
     ("process_at", "process_in"),
     ("expires_at", "expires_in"),
@@ -87,6 +93,8 @@ _EXCLUSIVE = (
 
 def check_option_names(options: Mapping[str, Any]) -> None:
     """TypeError for an unknown option name (a typo must not be silently dropped)."""
+    if OPTION_NAMES.issuperset(options):
+        return
     unknown = sorted(set(options) - OPTION_NAMES)
     if unknown:
         raise TypeError(f"unknown enqueue option(s): {', '.join(unknown)}")
@@ -153,6 +161,8 @@ def to_aware(name: str, value: datetime) -> datetime:
 
 
 def _check_exclusive(options: Mapping[str, Any]) -> None:
+    if len(options) < 2:
+        return
     for first, second in _EXCLUSIVE:
         if options.get(first) is not None and options.get(second) is not None:
             raise ValidationError(f"{first} and {second} are mutually exclusive")
@@ -174,9 +184,8 @@ def _check_ints(options: Mapping[str, Any]) -> None:
 
 
 def _check_strings(options: Mapping[str, Any]) -> None:
-    for name in _STRINGS:
-        value = options.get(name)
-        if value is None:
+    for name, value in options.items():
+        if value is None or name not in _STRING_SET:
             continue
         if not isinstance(value, str):
             raise ValidationError(f"{name} must be a str, got {type(value).__name__}")
@@ -229,18 +238,16 @@ def _retry_policy(value: Any) -> tpb.RetryPolicy:
 
 
 def _apply_scalars(req: pb.EnqueueRequest, options: Mapping[str, Any]) -> None:
-    for name in _STRINGS:
-        if options.get(name) is not None:
-            setattr(req, name, options[name])
-    for name in ("max_retry", "priority"):
-        if options.get(name) is not None:
-            setattr(req, name, options[name])
-    for name in _DURATIONS:
-        if options.get(name) is not None:
-            getattr(req, name).FromTimedelta(to_timedelta(name, options[name]))
-    for name in _TIMESTAMPS:
-        if options.get(name) is not None:
-            getattr(req, name).FromDatetime(to_aware(name, options[name]))
+    for name, value in options.items():
+        kind = _SCALAR_KIND.get(name)
+        if kind is None or value is None:
+            continue
+        if kind == "plain":
+            setattr(req, name, value)
+        elif kind == "duration":
+            getattr(req, name).FromTimedelta(to_timedelta(name, value))
+        else:
+            getattr(req, name).FromDatetime(to_aware(name, value))
 
 
 def _apply_structured(req: pb.EnqueueRequest, options: Mapping[str, Any]) -> None:
