@@ -329,3 +329,24 @@ def test_late_frames_and_missing_trailers_do_not_leak(server: ThreadServer) -> N
 
     asyncio.run(main())
     assert "clean" in server.services.ended
+
+
+def test_more_than_1000_streams_over_one_connection(server: ThreadServer) -> None:
+    """The stream-count cap is on concurrency only: 1500 calls in waves of 250 share one connection."""
+
+    async def main() -> None:
+        client = await H2Client().connect("127.0.0.1", server.port)
+        body = pb.EnqueueRequest(type="w").SerializeToString()
+        for _ in range(6):
+            sids = []
+            for _ in range(250):
+                sid = await client.open(ENQUEUE)
+                await client.send_msg(sid, body, end=True)
+                sids.append(sid)
+            for sid in sids:
+                assert (await client.wait(sid)).trailers["grpc-status"] == "0"
+                del client.streams[sid]
+        assert client.conn.highest_outbound_stream_id >= 2999
+        await client.close()
+
+    asyncio.run(main())
