@@ -10,11 +10,10 @@ import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from conveyor_sdk._worker.runner import Worker
 from conveyor_sdk.app import App
 from conveyor_sdk.client import Client, SyncClient
 from conveyor_sdk.types import TaskState
-from conveyor_sdk.worker import TaskContext
+from conveyor_sdk.worker import TaskContext, Worker
 from tests._util import eventually
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
