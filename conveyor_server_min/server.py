@@ -81,6 +81,16 @@ class Server:
             raise RuntimeError("server not started")
         return self._services
 
+    def __repr__(self) -> str:
+        state = "stopping" if self._stopping else "serving" if self._server is not None else "new"
+        return f"Server(url={self.url!r}, state={state})"
+
+    def statistics(self) -> dict[str, int | str]:
+        """A snapshot: URL, open connections and open HTTP/2 streams."""
+        conns = list(self._hub.connections) if self._hub is not None else []
+        streams = sum(conn.open_streams() for conn in conns)
+        return {"url": self.url, "connections": len(conns), "streams": streams}
+
     def _ready(self) -> bool:
         return self._server is not None and not self._stopping
 

@@ -78,6 +78,9 @@ class H2Connection:
         self._idle = asyncio.Event()
         self._idle.set()
 
+    def __repr__(self) -> str:
+        return f"H2Connection(peer={self.peer!r}, streams={len(self.streams)}, closed={self._closed})"
+
     # ---- transport events ---------------------------------------------------------------------
     def start(self, initial: bytes) -> None:
         """Send our preface and process the bytes already sniffed."""

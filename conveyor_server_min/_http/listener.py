@@ -143,6 +143,15 @@ class HttpProtocol(asyncio.Protocol):
         if self.impl is not None:
             await self.impl.wait_idle()
 
+    def open_streams(self) -> int:
+        """Requests in progress on this connection."""
+        impl = self.impl
+        if isinstance(impl, H2Connection):
+            return len(impl.streams)
+        if isinstance(impl, H1Connection):
+            return int(impl.task is not None)
+        return 0
+
     def close(self) -> None:
         if self.impl is not None:
             self.impl.close()
