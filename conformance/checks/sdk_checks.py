@@ -441,6 +441,32 @@ async def heartbeats_during_drain(ctx: CheckContext) -> str:
     return f"{len(beats)} heartbeats during {done - sigterm:.1f}s of drain, longest gap {gap:.2f}s"
 
 
+@check(
+    "sdk.5.10.late-dispatch-heartbeated-not-started",
+    section="5.10",
+    requires=NEEDS,
+    description="A Dispatch arriving during drain is listed in Heartbeats and never started.",
+)
+async def late_dispatch(ctx: CheckContext) -> str:
+    conv = await _ready(ctx, sleep_ms=2500)
+    await conv.dispatch("t-running")
+    await conv.until(lambda s: s.of("heartbeat"), "first heartbeat")
+    conv.proc.terminate()
+    await asyncio.sleep(ctx.t(0.5))  # let the signal land: the worker is draining now
+    await conv.dispatch("t-late")
+    await conv.until(
+        lambda s: any("t-late" in m.heartbeat.active_task_ids for _, m in s.of("heartbeat")),
+        "heartbeat listing the late dispatch",
+        within=5,
+    )
+    await conv.until(lambda s: s.closed, "stream end after the drain", within=30)
+    late = conv.seen.results().get("t-late", [])
+    ctx.expect(
+        all(r.outcome == RELEASED for r in late), f"late dispatch was run: {[r.outcome for r in late]}"
+    )
+    return "late dispatch heartbeated, " + ("released" if late else "left for the server to release")
+
+
 _GO_JSON = b'{"n":42,"nested":{"k":[1,2,3]},"s":"h\\u00e9llo \\u003ctag\\u003e","t":true}'
 
 

@@ -168,3 +168,25 @@ async def cancel_waiting(ctx: CheckContext) -> str:
     sess, _ = await ctx.worker_session()
     await sess.quiet(ctx.t(1.0))
     return "canceled before dispatch"
+
+
+@check(
+    "server.5.2.weights-share-worker-capacity",
+    section="5.2",
+    description="Hello queue weights govern the share of one worker's dispatches across its queues (3:1).",
+    divergence="§15.4: conveyord splits one queue's tasks across workers instead",
+)
+async def weights_share(ctx: CheckContext) -> str:
+    heavy, light = ctx.queue + "-w3", ctx.queue + "-w1"
+    for q in (heavy, light):
+        for _ in range(8):
+            await ctx.enqueue(queue=q)
+    sess, _ = await ctx.worker_session(concurrency=1, queues={heavy: 3, light: 1})
+    order = []
+    for _ in range(8):
+        msg = await sess.expect("dispatch", ctx.t(10))
+        order.append(msg.dispatch.task.queue)
+        await sess.result(msg.dispatch.task.id, SUCCESS)
+    share = order.count(heavy)
+    ctx.expect(5 <= share <= 7, f"{share} of 8 dispatches from the weight-3 queue, want about 6")
+    return f"{share} of 8 dispatches from the weight-3 queue"

@@ -19,6 +19,7 @@ crash-on-ping              treats Ping as a protocol error and exits
 reconnect-no-jitter        reconnects after exactly the backoff ceiling
 no-reset-backoff           never resets the reconnect counter after Welcome (no jitter either)
 reconnect-on-fatal         reconnects after unauthenticated / invalid_argument
+start-late-dispatch        runs a Dispatch that arrives while draining
 accept-bad-hello           SCENARIO=bad-hello exits 2 (accepts a zero weight)
 """
 
@@ -176,7 +177,7 @@ class RawWorker:
     def _start(self, tasks: list[Any], deadline: Any, *, batch: bool) -> None:
         ids = [t.id for t in tasks]
         self.inflight.extend(ids)
-        if self.draining:
+        if self.draining and self.mutation != "start-late-dispatch":
             return  # late dispatch: heartbeat it, never start it
         limit = deadline.ToNanoseconds() / 1e9 if deadline.ByteSize() else None
         if limit is not None and limit >= time.time() + self.lease_ttl - 0.5:

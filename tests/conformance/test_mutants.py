@@ -31,6 +31,7 @@ WORKER_MUTANTS: dict[str, list[str]] = {
     "no-reset-backoff": ["sdk.9.reconnect-counter-resets-after-welcome"],
     "reconnect-on-fatal": ["sdk.9.stops-on-fatal-unauthenticated", "sdk.9.stops-on-fatal-protocol-error"],
     "accept-bad-hello": ["worker.5.2.bad-hello-rejected-locally"],
+    "start-late-dispatch": ["sdk.5.10.late-dispatch-heartbeated-not-started"],
 }
 
 
