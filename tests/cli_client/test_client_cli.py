@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -170,3 +173,20 @@ def test_enqueue_batch_chunks_large_files_and_tx(url: str, tmp_path: Path) -> No
     assert collide.exit_code == 1 and collide.stderr.startswith("error: already_exists")
     ok = run_json(url, "enqueue-batch", "-f", "-", "--tx", input='{"type": "a"}\n{"type": "b"}\n')
     assert [r["task"]["type"] for r in ok] == ["a", "b"]
+
+
+def test_console_entry_point_in_a_subprocess(url: str) -> None:
+    """The real `python -m conveyor_cli` process enqueues and reads back, honouring CONVEYOR_ADDR."""
+    env = {**os.environ, "CONVEYOR_ADDR": url}
+    env.pop("CONVEYOR_TOKEN", None)
+    cmd = [sys.executable, "-m", "conveyor_cli"]
+    made = subprocess.run([*cmd, "enqueue", "sub", "--json", "[1, 2]", "-o", "json"],
+                          env=env, capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    tid = json.loads(made.stdout)["id"]
+    got = subprocess.run([*cmd, "tasks", "get", tid, "-o", "json"],
+                         env=env, capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    assert json.loads(got.stdout)["payload"] == [1, 2]
+    missing = subprocess.run(
+        [*cmd, "tasks", "get", "nope"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert missing.returncode == 1 and missing.stderr.strip() == "error: not_found: broker: task not found"
