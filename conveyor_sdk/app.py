@@ -84,8 +84,9 @@ class TaskDefinition(Generic[P, R]):
         self.payload_type = payload_type
         self.batch = batch
         self.defaults = defaults
-        self.content_type = defaults.get("content_type") or content_type_for(payload_type)
-        self.raw = payload_type is TaskData
+        self.element_type = _element_type(payload_type) if batch else payload_type
+        self.content_type = defaults.get("content_type") or content_type_for(self.element_type)
+        self.raw = self.element_type is TaskData
 
     def __call__(self, payload: Any, ctx: TaskContext) -> R:
         """Call the handler directly (tests, local runs)."""
@@ -128,8 +129,7 @@ class TaskDefinition(Generic[P, R]):
         """Decode one delivery into ``P`` (raises CodecError subclasses on failure)."""
         if self.raw:
             return typing.cast(P, task)
-        element = _element_type(self.payload_type) if self.batch else self.payload_type
-        value: P = self.app.codecs.decode(task.payload, task.content_type, element)
+        value: P = self.app.codecs.decode(task.payload, task.content_type, self.element_type)
         return value
 
     def __repr__(self) -> str:

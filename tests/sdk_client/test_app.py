@@ -127,7 +127,12 @@ def test_batch_task_decodes_each_member() -> None:
     def digest(payloads: list[Welcome], ctx: TaskContext) -> None:
         got.append(payloads)
 
-    assert app.batch_types == ("email:digest",)
+    assert app.batch_types == ("email:digest",) and digest.content_type == "application/json"
+
+    @app.batch_task("blobs")
+    def blobs(payloads: list[bytes], ctx: TaskContext) -> None: ...
+
+    assert blobs.content_type == OCTET_STREAM and blobs.element_type is bytes
     members = [_task("email:digest", digest.encode(Welcome(user_id=i)), id=f"m{i}") for i in range(3)]
     outcomes = invoke(app, _job(*members, batch=True))
     assert [o.kind for o in outcomes] == [OutcomeKind.SUCCESS] * 3
