@@ -102,6 +102,7 @@ class ChildLoop:
         self.stopping = False
         self.done = asyncio.Event()
         self.writer: asyncio.WriteTransport | None = None
+        self.outbox: list[bytes] = []
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -116,12 +117,26 @@ class ChildLoop:
             await self.done.wait()
         finally:
             beats.cancel()
+        self._flush()
         if self.writer is not None:
+            for _ in range(500):  # let a full pipe drain (bounded: ~5 s)
+                if not self.writer.get_write_buffer_size():
+                    break
+                await asyncio.sleep(0.01)
             self.writer.close()
 
     def send(self, message: pipe.PipeMessage) -> None:
-        if self.writer is not None and not self.writer.is_closing():
-            self.writer.write(pipe.encode(message))
+        """Queue a frame; frames queued in one loop iteration go out in one write."""
+        if self.writer is None or self.writer.is_closing():
+            return
+        self.outbox.append(pipe.encode(message))
+        if len(self.outbox) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        data, self.outbox = b"".join(self.outbox), []
+        if data and self.writer is not None and not self.writer.is_closing():
+            self.writer.write(data)
 
     async def _beat(self) -> None:
         while True:

@@ -108,6 +108,7 @@ class ChildProc:
     _child_fds: tuple[int, int] = (-1, -1)
     _writer: asyncio.WriteTransport | None = None
     _reader: asyncio.ReadTransport | None = None
+    _outbox: list[bytes] = field(default_factory=list)
     _pidfd: int = -1
     _pipe_closed: bool = False
     _exited: bool = False
@@ -183,8 +184,17 @@ class ChildProc:
             self._pidfd = -1  # no pidfd: the supervisor's tick polls instead
 
     def send(self, message: pipe.PipeMessage) -> None:
-        if self._writer is not None and not self._writer.is_closing():
-            self._writer.write(pipe.encode(message))
+        """Queue a frame; frames queued in one loop iteration go out in one write."""
+        if self._writer is None or self._writer.is_closing():
+            return
+        self._outbox.append(pipe.encode(message))
+        if len(self._outbox) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        data, self._outbox = b"".join(self._outbox), []
+        if data and self._writer is not None and not self._writer.is_closing():
+            self._writer.write(data)
 
     def kill(self, note: str) -> None:
         """SIGKILL the child's whole process group."""
