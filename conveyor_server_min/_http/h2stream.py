@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import h2.connection
@@ -74,7 +75,7 @@ class H2Stream:
         self.path = headers.get(":path", "").split("?", 1)[0]
         self.peer = conn.peer
         self.http2 = True
-        self.chunks: list[tuple[bytes, int]] = []
+        self.chunks: deque[tuple[bytes, int]] = deque()
         self.ended_in = False
         self.reset = False
         self.out = bytearray()
@@ -94,7 +95,7 @@ class H2Stream:
                 raise Canceled("stream reset by the client")
             self._readable = asyncio.get_running_loop().create_future()
             await self._readable
-        data, flow = self.chunks.pop(0)
+        data, flow = self.chunks.popleft()
         self._conn.ack(self.id, flow)
         return data
 
