@@ -229,6 +229,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--beat", type=float, default=1.0)
     parser.add_argument("--index", default="0")
     parser.add_argument("--log-format", default="text")
+    parser.add_argument("--parent", type=int, default=0)
     return parser.parse_args(argv)
 
 
@@ -237,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     set_parent_death_signal()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     args = _parse(argv)
+    if args.parent and os.getppid() != args.parent:
+        return 0  # the supervisor died before PR_SET_PDEATHSIG took effect
     _setup_logging(args.index, args.log_format)
     try:
         registry = load_app(args.app)

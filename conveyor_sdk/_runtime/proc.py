@@ -145,6 +145,7 @@ class ChildProc:
             "--beat", str(self.args.beat),
             "--index", self.name,
             "--log-format", self.args.log_format,
+            "--parent", str(os.getpid()),
         ]  # fmt: skip
         env = dict(os.environ if self.args.env is None else self.args.env)
         env.setdefault("PYTHONUNBUFFERED", "1")

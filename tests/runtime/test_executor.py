@@ -280,3 +280,47 @@ def test_close_releases_jobs_that_ignore_the_drain(write_app: Callable[[str, str
             assert all(c.popen is None or c.popen.poll() is not None for c in ex.children())
 
     _run(main)
+
+
+def test_memory_limit_recycles_a_child(write_app: Callable[[str, str], Path]) -> None:
+    """A child above max_memory_mb is replaced (replacement first) without failing any job."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        async with started(folder, capacity=1, max_memory_mb=1) as ex:
+            first = ex.children()[0].pid
+            await eventually(
+                lambda: _true(any(c.pid != first for c in ex.children() if c.state is ChildState.READY)), 15
+            )
+            [out] = await ex.run(_job(1, "pid"), _ctl())
+            assert out.kind is OutcomeKind.SUCCESS
+            assert ex.restarts == 0
+
+    _run(main)
+
+
+def test_explicit_pools_isolate_queues(write_app: Callable[[str, str], Path]) -> None:
+    """Jobs of a queue in an explicit pool run only in that pool's children."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        args = ChildArgs(app="rtapp:app", capacity=1, beat=0.2, cwd=str(folder))
+        pools = [PoolSpec("slow", ("slow",), 1), PoolSpec("default", ("default",), 1)]
+        ex = ProcessExecutor(args, pools, ExecutorOptions(kill_grace=0.5))
+        ex.spawn()
+        try:
+            await ex.start(lambda: None)
+            by_pool = {c.pool: c.pid for c in ex.children()}
+            blocker = asyncio.create_task(ex.run(_job("b", "wait", queue="slow"), _ctl()))
+            await eventually(lambda: _true(bool(ex.running)))
+            assert not ex.can_start(_job("s2", "pid", queue="slow"))  # slow pool full
+            assert ex.can_start(_job("d1", "pid"))  # default pool unaffected
+            [out] = await ex.run(_job("d1", "pid"), _ctl())
+            assert int(out.result.split()[0]) == by_pool["default"]
+            ex.cancel("tb", CancelReason.DRAIN)
+            await blocker
+        finally:
+            ex.abort("test over")
+            await ex.close(0)
+
+    _run(main)

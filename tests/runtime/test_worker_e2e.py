@@ -211,3 +211,23 @@ def test_weighted_queues_share_capacity_under_contention(
     assert abs(share_a - 0.75) <= 0.15, share_a
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+def test_reload_flag_restarts_children_when_a_file_changes(
+    tmp_path: Path, server: ServerProcess, worker_factory: Factory
+) -> None:
+    """--reload: editing the app module makes new tasks run the new code, with no restart of the session."""
+    worker = _worker(worker_factory, tmp_path, server, "--processes", "1", "--reload")
+    worker.wait_for("watching")
+    with SyncClient(server.url) as client:
+        first = client.enqueue("slow", b"0.01", retention=KEEP)
+        _state(client, first.id, TaskState.COMPLETED)
+        (tmp_path / "rtapp.py").write_text(APP.replace('VERSION = "v1"', 'VERSION = "v3"'))
+        worker.wait_for("reloaded")
+        second = client.enqueue("slow", b"0.01", retention=KEEP)
+        _state(client, second.id, TaskState.COMPLETED)
+        versions = {m[1]: m[4] for m in _marks(tmp_path, "done")}
+        assert (versions[first.id], versions[second.id]) == ("v1", "v3")
+    assert worker.output.count("established") == 1
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
