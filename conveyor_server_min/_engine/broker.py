@@ -57,6 +57,7 @@ class Broker(Protocol):
     def active_tasks(self) -> Iterable[Task]: ...
     def next_timer(self) -> float | None: ...
     def queues_with_due_work(self, now: float) -> list[str]: ...
+    def compact(self) -> int: ...
     def counts(self) -> dict[str, list[int]]: ...
     def iter_tasks_desc(self) -> Iterator[Task]: ...
     def buckets(self) -> list[GroupBucket]: ...
@@ -215,6 +216,20 @@ class MemoryBroker:
             heapq.heappop(self._ready[queue])
             task.token += 1
         return task
+
+    def compact(self) -> int:
+        """Drop stale heap entries where they outnumber live ones; returns how many were dropped."""
+        dropped = 0
+        for queue, heap in list(self._ready.items()) + list(self._delayed.items()):  # type: ignore[operator]
+            counts = self._counts.get(queue, [0] * 10)
+            live = counts[State.PENDING] + counts[State.RETRY]
+            if len(heap) <= 2 * live + 64:
+                continue
+            keep = [e for e in heap if self._valid(e[-2], e[-1]) is not None]  # type: ignore[arg-type]
+            dropped += len(heap) - len(keep)
+            heapq.heapify(keep)
+            heap[:] = keep
+        return dropped
 
     def queues_with_due_work(self, now: float) -> list[str]:
         out = [q for q, heap in self._ready.items() if heap]

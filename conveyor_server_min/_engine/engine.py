@@ -268,6 +268,7 @@ class Engine:
             self.broker.delete(task)
         for task in self.broker.pop_expired(now):
             self.transitions.expire(task, now)
+        self.broker.compact()
         self.wake_due()
 
     def sweep_groups(self) -> int:

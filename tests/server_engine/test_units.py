@@ -111,3 +111,21 @@ def test_cron_rejects_bad_specs(spec: str) -> None:
     """Five-field, out-of-range and malformed specs are rejected."""
     with pytest.raises(ValueError):
         parse_cron(spec)
+
+
+def test_broker_compacts_stale_heap_entries() -> None:
+    """Canceling many waiting tasks of an unserved queue leaves no unbounded garbage after a reap."""
+    from conveyor_server_min._engine.engine import Engine
+    from conveyor_server_min._engine.model import State, Task
+
+    engine = Engine(clock=FakeClock())
+    for i in range(500):
+        engine.enqueue(Task(id=f"x{i:04d}", queue="idle", type="t", enqueued_at=0.0))
+    for i in range(499):
+        task = engine.get(f"x{i:04d}")
+        assert task is not None
+        engine.transitions.move(task, State.CANCELED, engine.now())
+    engine.reap()
+    heap = engine.broker._ready["idle"]  # type: ignore[attr-defined]
+    assert len(heap) == 1
+    assert engine.broker.peek_ready("idle", engine.now()).id == "x0499"  # type: ignore[union-attr]
