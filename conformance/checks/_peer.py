@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from conveyor_conformance.checks._common import dur, ts
 from conveyor_conformance.checks._procs import WorkerProcess, start_worker
@@ -82,16 +83,27 @@ class Conversation:
             min_sdk_version="v0.0.0-0",
         )
         await self.send(pb.ServerMessage(welcome=w))
+        await self._stop_reader()  # a reconnect replaces the previous stream's reader
         self._reader = asyncio.ensure_future(self._read())
-        self.ctx.on_close(self._stop_reader)
 
     async def _read(self) -> None:
+        sess: Any = self.sess
         while True:
-            msg = await self.sess.recv(timeout=3600)  # type: ignore[attr-defined]
+            msg = await sess.recv(timeout=3600)
             if msg is None:
                 self.seen.closed = True
+                if sess.client_half_closed:
+                    await sess.end()  # as a server does: a clean end answers the half-close
                 return
             self.seen.frames.append((time.monotonic(), msg))
+
+    async def shutdown(self) -> None:
+        """Stop the program first (the reader answers its half-close), then the reader and the peer."""
+        if self._reader is None and self.sess is not None:
+            self._reader = asyncio.ensure_future(self._read())  # answer a half-close before Welcome too
+        await self.proc.aclose()
+        await self._stop_reader()
+        await self.peer.aclose()  # type: ignore[attr-defined]
 
     async def _stop_reader(self) -> None:
         if self._reader is not None:
@@ -168,4 +180,6 @@ async def open_conversation(
     ctx.on_close(peer.aclose)
     env = {"CONCURRENCY": str(concurrency), **(extra or {})}
     proc = await start_worker(ctx, addr=peer.url, sleep_ms=sleep_ms, extra=env)
-    return Conversation(ctx, peer, proc)
+    conv = Conversation(ctx, peer, proc)
+    ctx.on_close(conv.shutdown)
+    return conv

@@ -342,7 +342,6 @@ async def reconnect_reset(ctx: CheckContext) -> str:
             if loop.time() - ended > 20:
                 raise CheckFailed("no reconnect after a transient end")
         gaps.append(loop.time() - ended)
-        await conv._stop_reader()
     ctx.expect(
         all(g < 0.5 + 0.5 for g in gaps), f"gaps after Welcome {gaps}: counter not reset (ceiling 0.5 s)"
     )
