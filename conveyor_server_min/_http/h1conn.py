@@ -142,6 +142,8 @@ class H1Connection:
     def _on_event(self, event: object) -> None:
         if isinstance(event, h11.Request):
             self.request, self.body, self.body_size, self.overflow = event, [], 0, False
+            if self.h11.they_are_waiting_for_100_continue:  # curl sends Expect for bodies > 1 KiB
+                self._send(h11.InformationalResponse(status_code=100, headers=[]))
         elif isinstance(event, h11.Data):
             if self.overflow:
                 return
@@ -211,7 +213,7 @@ class H1Connection:
     def end_stream(self) -> None:
         self._send(h11.EndOfMessage())
 
-    def _send(self, event: h11.Response | h11.Data | h11.EndOfMessage) -> None:
+    def _send(self, event: h11.InformationalResponse | h11.Response | h11.Data | h11.EndOfMessage) -> None:
         if self._closed:
             return
         try:

@@ -281,3 +281,24 @@ def test_connect_server_stream_over_http1_is_chunked(fake_server: ThreadServer) 
         data = data[5 + length :]
     assert [f[1]["id"] for f in frames[:-1]] == ["e0", "e1", "e2"]
     assert frames[-1] == (0x02, {})
+
+
+def test_http1_expect_100_continue(fake_server: ThreadServer) -> None:
+    """An HTTP/1.1 client sending ``Expect: 100-continue`` gets ``100 Continue`` before it sends the body."""
+    import socket
+
+    body = pb.EnqueueRequest(type="expect").SerializeToString()
+    head = (
+        f"POST {ENQUEUE} HTTP/1.1\r\nHost: x\r\nContent-Type: application/proto\r\n"
+        f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", fake_server.port), timeout=10) as sock:
+        sock.sendall(head)
+        assert sock.recv(1024).startswith(b"HTTP/1.1 100 ")
+        sock.sendall(body)
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.endswith(b"expect"):
+            chunk = sock.recv(65536)
+            assert chunk, reply
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200 ")
