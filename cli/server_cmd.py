@@ -47,7 +47,11 @@ def _run(flags: dict[str, Any]) -> None:
     )
     from conveyor_server_min.server import run
 
-    raise typer.Exit(run(config))
+    try:
+        code = run(config)
+    except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
+        code = 130
+    raise typer.Exit(code)
 
 
 def server_command() -> Callable[..., None]:
