@@ -350,3 +350,31 @@ def test_more_than_1000_streams_over_one_connection(server: ThreadServer) -> Non
         await client.close()
 
     asyncio.run(main())
+
+
+def test_json_codecs_for_session_and_grpc_unary(server: ThreadServer) -> None:
+    """Connect streaming with +json and gRPC with +json carry proto3 JSON messages."""
+
+    async def main() -> None:
+        client = await H2Client().connect("127.0.0.1", server.port)
+        sid = await client.open(SESSION, "application/connect+json")
+        await client.send_msg(
+            sid, b'{"hello": {"queues": {"q": 1}, "concurrency": 1, "labels": {"dispatch": "1"}}}'
+        )
+        st = await client.wait(sid, lambda s: len(s.messages) >= 2)
+        assert json.loads(st.messages[0][1]) == {"welcome": {"sessionId": "s-1"}}
+        assert json.loads(st.messages[1][1])["dispatch"]["task"]["id"] == "task-0"
+        await client.send_msg(
+            sid, b'{"result": {"taskId": "task-0", "outcome": "TASK_OUTCOME_SUCCESS"}}', end=True
+        )
+        st = await client.wait(sid)
+        assert st.messages[-1] == (0x02, b"{}")
+        usid = await client.open(ENQUEUE, "application/grpc+json")
+        await client.send_msg(usid, b'{"type": "json-grpc", "maxRetry": 2}', end=True)
+        st = await client.wait(usid)
+        assert st.headers["content-type"] == "application/grpc+json" and st.trailers["grpc-status"] == "0"
+        assert json.loads(st.messages[0][1])["task"]["type"] == "json-grpc"
+        await client.close()
+
+    asyncio.run(main())
+    assert server.services.results == ["task-0"]
