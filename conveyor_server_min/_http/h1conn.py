@@ -273,6 +273,9 @@ class H1Connection:
         if task is not None:
             await asyncio.wait([task])
 
+    async def wait_handlers(self) -> None:
+        await self.wait_idle()
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True

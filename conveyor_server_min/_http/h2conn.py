@@ -310,6 +310,11 @@ class H2Connection:
         """Until no stream is open."""
         await self._idle.wait()
 
+    async def wait_handlers(self) -> None:
+        """Until no stream handler task is running."""
+        while self.tasks:
+            await asyncio.wait(list(self.tasks))
+
     def close(self) -> None:
         """Send a final GOAWAY and close the socket after writing what is buffered."""
         if self._closed:

@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from typing import Protocol
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from .h1conn import H1Connection
 from .h2conn import H2Connection
@@ -32,6 +33,7 @@ class _Impl(Protocol):
     def resume_writing(self) -> None: ...
     def shutdown(self) -> None: ...
     async def wait_idle(self) -> None: ...
+    async def wait_handlers(self) -> None: ...
     def close(self) -> None: ...
     def abort(self) -> None: ...
     def connection_lost(self) -> None: ...
@@ -53,17 +55,18 @@ class Hub:
         for conn in list(self.connections):
             conn.shutdown()
 
-    async def wait_idle(self, seconds: float) -> bool:
-        """Wait until every connection has no open stream; False on timeout."""
-        waits = [conn.wait_idle() for conn in list(self.connections)]
-        if not waits:
-            return True
-        try:
-            async with asyncio.timeout(seconds):
-                await asyncio.gather(*waits)
-        except TimeoutError:
+    async def wait_idle(self, seconds: float, *, flush: float = 0.5) -> bool:
+        """Wait for every handler to finish, then (at most ``flush`` s) for responses to drain.
+
+        A response stuck behind a peer that stopped reading cannot drain, so its
+        wait is short; the handlers themselves get the whole budget. False on timeout.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        if not await _gather_within([c.wait_handlers() for c in self.connections], seconds):
             return False
-        return True
+        budget = min(flush, max(0.0, deadline - loop.time()))
+        return await _gather_within([c.wait_idle() for c in self.connections], budget)
 
     def close_all(self) -> None:
         """Close every connection now (cancelling what still runs)."""
@@ -143,6 +146,10 @@ class HttpProtocol(asyncio.Protocol):
         if self.impl is not None:
             await self.impl.wait_idle()
 
+    async def wait_handlers(self) -> None:
+        if self.impl is not None:
+            await self.impl.wait_handlers()
+
     def open_streams(self) -> int:
         """Requests in progress on this connection."""
         impl = self.impl
@@ -157,6 +164,17 @@ class HttpProtocol(asyncio.Protocol):
             self.impl.close()
         elif self.transport is not None:
             self.transport.close()
+
+
+async def _gather_within(waits: list[Coroutine[Any, Any, None]], seconds: float) -> bool:
+    if not waits:
+        return True
+    try:
+        async with asyncio.timeout(seconds):
+            await asyncio.gather(*waits)
+    except TimeoutError:
+        return False
+    return True
 
 
 def make_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
