@@ -47,8 +47,8 @@ Opt = typer.Option
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    """One-line error; markup-escaped because server messages may contain brackets."""
-    _common.fail(escape(message), code)
+    """One-line error (``fail`` escapes markup: server messages may contain brackets)."""
+    _common.fail(message, code)
 
 
 @contextlib.contextmanager
