@@ -14,7 +14,7 @@ import statistics
 import time
 
 from conveyor_conformance.checks._common import RELEASED, RETRY, SKIP_RETRY, SUCCESS, dur, ts
-from conveyor_conformance.checks._peer import Conversation, open_conversation
+from conveyor_conformance.checks._peer import Conversation, Seen, open_conversation
 from conveyor_conformance.context import CheckContext
 from conveyor_conformance.model import CheckFailed, Requirement
 from conveyor_conformance.registry import check
@@ -452,17 +452,18 @@ async def late_dispatch(ctx: CheckContext) -> str:
     await conv.until(lambda s: s.of("heartbeat"), "first heartbeat")
     conv.proc.terminate()
     await asyncio.sleep(ctx.t(0.5))  # let the signal land: the worker is draining now
-    await conv.dispatch("t-late")
-    await conv.until(
-        lambda s: any("t-late" in m.heartbeat.active_task_ids for _, m in s.of("heartbeat")),
-        "heartbeat listing the late dispatch",
-        within=5,
-    )
+    await conv.dispatch("t-late", "conformance:json", payload=b'{"late":1}')  # instant if started
+
+    def listed(seen: Seen) -> bool:
+        return any("t-late" in m.heartbeat.active_task_ids for _, m in seen.of("heartbeat"))
+
+    await conv.until(lambda s: listed(s) or "t-late" in s.results(), "heartbeat or Result for it", within=5)
     await conv.until(lambda s: s.closed, "stream end after the drain", within=30)
     late = conv.seen.results().get("t-late", [])
     ctx.expect(
         all(r.outcome == RELEASED for r in late), f"late dispatch was run: {[r.outcome for r in late]}"
     )
+    ctx.expect(listed(conv.seen), "the late dispatch was never listed in a Heartbeat")
     return "late dispatch heartbeated, " + ("released" if late else "left for the server to release")
 
 
