@@ -21,11 +21,11 @@ def no_leftover_processes() -> Iterator[None]:
     """After the test (and every other fixture's teardown), no descendant process is alive."""
     before = {pid for pid, _, _ in live_descendants()}
     yield
-    wait_until(
-        lambda: not [d for d in live_descendants() if d[0] not in before],
-        timeout=15,
-        what="all processes started by the test to exit",
-    )
+    try:
+        wait_until(lambda: not [d for d in live_descendants() if d[0] not in before], timeout=15)
+    except AssertionError:
+        left = [d for d in live_descendants() if d[0] not in before]
+        raise AssertionError(f"processes left behind: {left}") from None
 
 
 @pytest.fixture

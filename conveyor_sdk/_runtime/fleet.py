@@ -1,0 +1,325 @@
+"""The child-process fleet: spawning, replacement, recycling, reload and health checks.
+
+:class:`Fleet` owns the pools of :class:`ChildProc` and everything about their
+life that is not a job: replacements after a crash (with backoff, and a stop
+instead of a respawn storm when children cannot even start), recycling after
+``max_tasks_per_child`` / ``max_memory_mb`` (replacement ready first, one child
+at a time, thresholds jittered), reload (a fresh generation, then the old one
+retires and finishes its jobs), and the periodic health check (a child whose
+beats stop while it runs jobs is logged with those task ids and killed once a
+job's deadline has passed). :class:`ProcessExecutor` adds the job side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from conveyor_sdk._runtime import pipe
+from conveyor_sdk._runtime.observe import NullObserver, Observer
+from conveyor_sdk._runtime.pools import PoolSpec, SlotBook
+from conveyor_sdk._runtime.proc import ChildArgs, ChildProc, ChildState, RunningJob, describe_exit
+
+__all__ = ["ExecutorOptions", "Fleet", "Pool", "RuntimeFailure"]
+
+log = logging.getLogger("conveyor.runtime")
+
+
+class RuntimeFailure(Exception):
+    """The runtime cannot go on (children fail to load the app, or keep dying at start)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorOptions:
+    """Tunables of the process executor (seconds unless noted)."""
+
+    kill_grace: float = 2.0
+    hung_after: float = 5.0
+    max_tasks_per_child: int = 0
+    max_memory_mb: int = 0
+    start_timeout: float = 60.0
+    respawn_base: float = 0.2
+    respawn_max: float = 10.0
+    max_start_failures: int = 5
+    weights: tuple[tuple[str, int], ...] = ()
+
+
+class Pool:
+    """One pool's children and its weighted slot book."""
+
+    def __init__(self, spec: PoolSpec, weights: dict[str, int], capacity: int) -> None:
+        self.spec = spec
+        self.children: list[ChildProc] = []
+        self.book = SlotBook({q: weights.get(q, 1) for q in spec.queues}, spec.processes * capacity)
+        self.start_failures = 0
+        self.crashes: list[float] = []
+
+    def active(self) -> list[ChildProc]:
+        return [c for c in self.children if c.state is ChildState.READY]
+
+    def free(self) -> int:
+        return sum(c.free for c in self.children)
+
+    def pick(self) -> ChildProc | None:
+        best: ChildProc | None = None
+        for child in self.children:
+            if child.free and (best is None or child.free > best.free):
+                best = child
+        return best
+
+
+class Fleet:
+    """Child processes grouped in pools (see the module docstring)."""
+
+    def __init__(
+        self,
+        child_args: ChildArgs,
+        pools: Iterable[PoolSpec],
+        options: ExecutorOptions | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.child_args = child_args
+        self.options = options or ExecutorOptions()
+        self.observer: Observer = observer or NullObserver()
+        weights = dict(self.options.weights)
+        self.pools = {p.name: Pool(p, weights, child_args.capacity) for p in pools}
+        self._queue_pool = {q: pool for pool in self.pools.values() for q in pool.spec.queues}
+        self.running: dict[str, RunningJob] = {}
+        self._wakeup: Callable[[], None] = lambda: None
+        self._next_index = 0
+        self._generation = 0
+        self._closing = False
+        self._recycling: ChildProc | None = None
+        self._tick: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self.failure: RuntimeFailure | None = None
+        self.on_failure: Callable[[RuntimeFailure], None] = lambda exc: None
+        self.restarts = 0
+        self._starting = False
+
+    def children(self) -> list[ChildProc]:
+        return [c for pool in self.pools.values() for c in pool.children]
+
+    def spawn(self) -> None:
+        """Start every pool's children (synchronous; call before opening connections)."""
+        for pool in self.pools.values():
+            while len(pool.children) < pool.spec.processes:
+                self._new_child(pool)
+
+    def _new_child(self, pool: Pool, purpose: str = "start") -> ChildProc:
+        child = ChildProc(self._next_index, pool.spec.name, self._generation, self.child_args)
+        child.purpose = purpose
+        self._next_index += 1
+        cap = self.options.max_tasks_per_child
+        child.recycle_at = cap + random.randint(0, cap // 10) if cap else 0
+        child.spawn()
+        pool.children.append(child)
+        self.observer.child_started(child)
+        return child
+
+    def abort(self, why: str) -> None:
+        """Fast stop: kill every child now; their jobs are RELEASED (no retry burned)."""
+        self._closing = True
+        for child in self.children():
+            child.kill(f"killed: {why}")
+
+    async def _stop_children(self, children: list[ChildProc]) -> None:
+        for child in children:
+            if child.state is not ChildState.DEAD:
+                child.retired = True
+                child.send(pipe.Stop())
+        if not await _wait_gone(children, 5.0):
+            for child in children:
+                if child.state is not ChildState.DEAD:
+                    child.kill("did not stop in time")
+            await _wait_gone(children, 3.0)
+        for child in children:
+            if child.popen is not None and child.popen.poll() is None:
+                child.popen.kill()
+                child.popen.wait(5)
+
+    async def reload(self) -> bool:
+        """Start a fresh generation; retire the old one once all new children are ready."""
+        if self._closing:
+            return False
+        self._generation += 1
+        old = [c for c in self.children() if c.state in (ChildState.READY, ChildState.STARTING)]
+        fresh = [
+            self._new_child(pool, "reload")
+            for pool in self.pools.values()
+            for _ in range(pool.spec.processes)
+        ]
+        for child in fresh:
+            await child.attach(self._on_message, self._on_gone)
+        ok = await self._await_fresh(fresh)
+        if not ok:
+            for child in fresh:
+                child.kill("reload failed")
+            log.error("reload failed: the new code did not load; old children keep serving")
+            return False
+        for child in old:
+            self._retire(child)
+        log.info("reloaded: %d fresh children serving, %d old ones finishing", len(fresh), len(old))
+        self._wakeup()
+        return True
+
+    async def _await_fresh(self, fresh: list[ChildProc]) -> bool:
+        deadline = time.monotonic() + self.options.start_timeout
+        while time.monotonic() < deadline:
+            if any(c.state is ChildState.DEAD for c in fresh):
+                return False
+            if all(c.state is ChildState.READY for c in fresh):
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
+    def _retire(self, child: ChildProc) -> None:
+        if child.state in (ChildState.DEAD, ChildState.RETIRING):
+            return
+        child.state = ChildState.RETIRING
+        child.retired = True
+        child.send(pipe.Stop())
+
+    def _maybe_recycle(self, child: ChildProc) -> None:
+        if self._closing or self._recycling is not None or child.state is not ChildState.READY:
+            return
+        over_tasks = child.recycle_at and child.tasks_done >= child.recycle_at
+        limit_mb = self.options.max_memory_mb
+        over_memory = limit_mb and child.rss > limit_mb * 1024 * 1024
+        if not (over_tasks or over_memory):
+            return
+        why = f"{child.tasks_done} tasks" if over_tasks else f"RSS {child.rss // (1 << 20)} MiB"
+        self._recycling = child
+        task = asyncio.create_task(self._recycle(child, why))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _recycle(self, child: ChildProc, why: str) -> None:
+        try:
+            if self._closing:
+                return
+            pool = self.pools[child.pool]
+            log.info("recycling child %s (pid %d) after %s", child.name, child.pid, why)
+            fresh = self._new_child(pool, "recycle")
+            await fresh.attach(self._on_message, self._on_gone)
+            if await self._await_fresh([fresh]):
+                self._retire(child)
+                self.observer.child_restarted(child, "recycled")
+                self._wakeup()
+        finally:
+            self._recycling = None
+
+    def _replace(self, pool: Pool, child: ChildProc) -> None:
+        if self._closing or self.failure is not None:
+            return
+        self.restarts += 1
+        now = time.monotonic()
+        if child.ready_at == 0.0:
+            pool.start_failures += 1
+        if pool.start_failures >= self.options.max_start_failures:
+            how = describe_exit(child.returncode)
+            msg = f"children of pool {pool.spec.name!r} keep dying at start-up ({how})"
+            self._fail(RuntimeFailure(msg))
+            return
+        if not child.kill_note:
+            log.warning("child %s (pid %d) died: %s", child.name, child.pid, describe_exit(child.returncode))
+        self.observer.child_restarted(child, child.kill_note or describe_exit(child.returncode))
+        pool.crashes = [t for t in pool.crashes if now - t < 10.0] + [now]
+        strikes = max(pool.start_failures, len(pool.crashes) - 1)
+        delay = 0.0
+        if strikes:
+            delay = min(self.options.respawn_max, self.options.respawn_base * 2 ** (strikes - 1))
+            delay *= random.uniform(0.5, 1.0)
+        task = asyncio.create_task(self._respawn(pool, delay))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _respawn(self, pool: Pool, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        if self._closing or self.failure is not None:
+            return
+        fresh = self._new_child(pool, "respawn")
+        await fresh.attach(self._on_message, self._on_gone)
+
+    def _fail(self, failure: RuntimeFailure) -> None:
+        if self.failure is None:
+            self.failure = failure
+            log.error("%s", failure)
+            self.on_failure(failure)
+
+    async def _ticker(self) -> None:
+        interval = max(0.05, min(1.0, self.child_args.beat))
+        while True:
+            await asyncio.sleep(interval)
+            self.check(time.monotonic(), time.time())
+
+    def check(self, now: float, wall: float) -> None:
+        """Poll exits (no pidfd), log hung children, kill hung ones past a task's deadline."""
+        for child in self.children():
+            child.poll()
+            if not child.jobs or child.state is ChildState.DEAD:
+                continue
+            silent = now - child.last_beat
+            if silent < self.options.hung_after:
+                continue
+            ids = ", ".join(sorted(child.jobs))
+            if not child.hung_logged:
+                child.hung_logged = True
+                log.warning(
+                    "child %s (pid %d) unresponsive for %.1fs while running %s",
+                    child.name,
+                    child.pid,
+                    silent,
+                    ids,
+                    extra={"task_id": ids},
+                )
+            grace = self.options.kill_grace
+            late = [
+                r for r in child.jobs.values() if r.job.deadline is not None and r.job.deadline + grace < wall
+            ]
+            for running in late:
+                running.victim = True
+            if late:
+                child.kill(f"killed: hung past the deadline of {late[0].job.job_id}")
+
+    def statistics(self) -> dict[str, object]:
+        """Snapshot for logs, the live view and /healthz."""
+        return {
+            "children": [
+                {
+                    "name": c.name,
+                    "pid": c.pid,
+                    "state": c.state.value,
+                    "running": len(c.jobs),
+                    "done": c.tasks_done,
+                    "rss": c.rss,
+                }
+                for c in self.children()
+            ],
+            "running": len(self.running),
+            "restarts": self.restarts,
+            "waiting": {name: pool.book.waiting() for name, pool in self.pools.items()},
+        }
+
+    # -- hooks the job side implements ------------------------------------------------
+    def _on_message(self, child: ChildProc, message: pipe.PipeMessage) -> None:
+        raise NotImplementedError
+
+    def _on_gone(self, child: ChildProc) -> None:
+        raise NotImplementedError
+
+
+async def _wait_gone(children: list[ChildProc], seconds: float) -> bool:
+    """Wait until every child is gone; False on timeout."""
+    waits = [asyncio.ensure_future(c.gone.wait()) for c in children if c.state is not ChildState.DEAD]
+    if not waits:
+        return True
+    _, pending = await asyncio.wait(waits, timeout=seconds)
+    for fut in pending:
+        fut.cancel()
+    return not pending
