@@ -14,6 +14,7 @@ from conveyor_sdk.errors import NotFound
 from conveyor_sdk.types import TaskState
 from conveyor_server_min.testing import ServerProcess
 from tests._util import wait_until
+from tests.runtime._procs import descendants, live_descendants
 from tests.runtime._worker_proc import WorkerProc
 
 Factory = Callable[..., WorkerProc]
@@ -140,3 +141,32 @@ def test_children_failing_to_import_stop_the_runtime(
     proc = worker_factory(_app(tmp_path, source), "rtapp:app", "--server", server.url, "--processes", "2")
     assert proc.wait(60) == 5
     assert "only the supervisor can import me" in proc.output
+
+
+def test_sigkill_of_the_supervisor_leaves_no_process_behind(tmp_path: Path, worker_factory: Factory) -> None:
+    """kill -9 of the supervisor: its children and the embedded server exit on their own."""
+    proc = worker_factory(_app(tmp_path), "rtapp:app", "--processes", "2")
+    proc.wait_for("established")
+    assert proc.proc is not None
+    kids = descendants(proc.proc.pid)
+    assert len(kids) >= 3  # two children + the embedded server
+    proc.signal(signal.SIGKILL)
+    proc.wait()
+    wait_until(lambda: not [d for d in live_descendants() if d[0] in {k[0] for k in kids}], timeout=20)
+
+
+def test_readme_example_runs_with_demo(worker_factory: Factory) -> None:
+    """`conveyor worker examples.hello:app --demo` starts an embedded server and tasks flow."""
+    repo = Path(__file__).resolve().parents[2]
+    proc = worker_factory(repo, "examples.hello:app", "--demo", "--processes", "1", "--metrics-port", "0")
+    proc.wait_for("metrics listening on ")
+    base = proc.output.split("metrics listening on ", 1)[1].split()[0]
+
+    def greeted() -> bool:
+        with urllib.request.urlopen(base + "/metrics", timeout=5) as resp:
+            body = resp.read().decode()
+        return 'type="hello:greet",queue="default",outcome="success"' in body and "hello:digest" in body
+
+    wait_until(greeted, timeout=30, what="demo tasks to succeed")
+    proc.signal(signal.SIGTERM)
+    assert proc.wait() == 0

@@ -231,3 +231,19 @@ def test_reload_flag_restarts_children_when_a_file_changes(
     assert worker.output.count("established") == 1
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+def test_second_sigterm_releases_at_once(
+    tmp_path: Path, server: ServerProcess, worker_factory: Factory
+) -> None:
+    """A long task under a long grace: the second SIGTERM exits at once and the task goes back un-burned."""
+    worker = _worker(worker_factory, tmp_path, server, "--processes", "1", "--grace", "60s")
+    with SyncClient(server.url) as client:
+        info = client.enqueue("slow", b"60", retention=KEEP)
+        wait_until(lambda: _marks(tmp_path, "start"), what="the task to start")
+        worker.signal(signal.SIGTERM)
+        worker.wait_for("draining")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
+        back = client.get_task(info.id)
+        assert (back.state, back.retried) == (TaskState.PENDING, 0)
