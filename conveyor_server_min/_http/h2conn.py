@@ -69,6 +69,7 @@ class H2Connection:
             },
         )
         self.streams: dict[int, H2Stream] = {}
+        self.held_bytes = 0  # see h2stream.BODY_BUDGET
         self.tasks: set[asyncio.Task[None]] = set()
         self._ready: dict[int, H2Stream] = {}
         self._flush_scheduled = False
@@ -183,6 +184,7 @@ class H2Connection:
 
     def _forget(self, st: H2Stream) -> None:
         self.streams.pop(st.id, None)
+        st.release()
         for _, flow in st.chunks:
             if flow:
                 self.ack(st.id, flow)

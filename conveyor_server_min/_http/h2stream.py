@@ -9,14 +9,17 @@ from typing import TYPE_CHECKING, Any
 import h2.connection
 import h2.errors
 
-from conveyor_sdk.errors import Canceled
+from conveyor_sdk.errors import Canceled, ResourceExhausted
 
 if TYPE_CHECKING:
     from .h2conn import H2Connection
 
-__all__ = ["HIGH_WATER", "H2Stream", "RefusingConnection", "header_dict"]
+__all__ = ["BODY_BUDGET", "HIGH_WATER", "H2Stream", "RefusingConnection", "header_dict"]
 
 HIGH_WATER = 256 * 1024  # a writer waits when its stream buffer holds more than this
+# Request bytes a connection may have handed to handlers that have not answered yet (unary bodies
+# are collected whole, up to the message limit each): bounds what many parallel uploads can pin.
+BODY_BUDGET = 64 << 20
 
 
 class RefusingConnection(h2.connection.H2Connection):
@@ -56,6 +59,7 @@ class H2Stream:
         "ended_in",
         "finished",
         "headers",
+        "held",
         "http2",
         "id",
         "method",
@@ -81,6 +85,7 @@ class H2Stream:
         self.out = bytearray()
         self.end_pending = False
         self.finished = False
+        self.held = 0  # request bytes handed to the handler before it answered (see BODY_BUDGET)
         self.trailers: list[tuple[str, str]] | None = None
         self.task: asyncio.Task[None] | None = None
         self._readable: asyncio.Future[None] | None = None
@@ -96,10 +101,25 @@ class H2Stream:
             self._readable = asyncio.get_running_loop().create_future()
             await self._readable
         data, flow = self.chunks.popleft()
-        self._conn.ack(self.id, flow)
+        conn = self._conn
+        conn.ack(self.id, flow)
+        if self.held >= 0:  # still collecting a request: count it against the connection budget
+            self.held += len(data)
+            conn.held_bytes += len(data)
+            if conn.held_bytes > BODY_BUDGET:
+                raise ResourceExhausted(
+                    f"more than {BODY_BUDGET >> 20} MiB of unanswered request data on this connection"
+                )
         return data
 
+    def release(self) -> None:
+        """Stop counting this stream's request bytes (it answered, or it is gone)."""
+        if self.held > 0:
+            self._conn.held_bytes -= self.held
+        self.held = -1
+
     def respond(self, status: int, headers: list[tuple[str, str]], *, end: bool = False) -> None:
+        self.release()
         if self.reset:
             return
         self._conn.send_headers(self, [(":status", str(status)), *headers], end)

@@ -93,7 +93,7 @@ class H2Client:
             st.trailers = dict(event.headers)  # type: ignore[arg-type]
         elif isinstance(event, h2.events.DataReceived) and st is not None:
             st.data += event.data or b""
-            if not st.headers.get("content-type", "").startswith(("application/json", "text/")):
+            if st.headers.get("content-type", "").startswith(("application/grpc", "application/connect+")):
                 st.messages += st.decoder.feed(event.data or b"")
             if self.auto_ack and event.flow_controlled_length:
                 self.conn.acknowledge_received_data(event.flow_controlled_length, sid)

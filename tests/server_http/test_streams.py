@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import socket
 
@@ -13,6 +14,7 @@ import pytest
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_server_min._http import h2stream
 from conveyor_server_min._http.h2conn import HIGH_WATER, H2Connection
 from conveyor_server_min._http.wire import encode_message
 
@@ -378,3 +380,33 @@ def test_json_codecs_for_session_and_grpc_unary(server: ThreadServer) -> None:
 
     asyncio.run(main())
     assert server.services.results == ["task-0"]
+
+
+def test_unanswered_request_bytes_are_bounded_per_connection(
+    server: ThreadServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parallel uploads beyond the connection budget fail resource_exhausted; the others complete."""
+    monkeypatch.setattr(h2stream, "BODY_BUDGET", 8 * MIB)  # 64 MiB in production; smaller keeps this fast
+
+    async def main() -> None:
+        client = await H2Client().connect("127.0.0.1", server.port)
+        body = pb.EnqueueRequest(type="up", payload=b"u" * (MIB - 100)).SerializeToString()
+        sids = []
+        for _ in range(10):  # 10 x ~1 MiB held open > 8 MiB
+            sid = await client.open(ENQUEUE, "application/proto")
+            with contextlib.suppress(Exception):  # a refused stream may be reset while we send
+                await client.send(sid, body[:-1])
+            sids.append(sid)
+        statuses = {}
+        for sid in sids:
+            st = client.streams[sid]
+            if not st.headers and not st.done:
+                await client.send(sid, body[-1:], end=True)
+            st = await client.wait(sid, lambda s: bool(s.headers))
+            statuses[sid] = st.headers[":status"]
+        codes = list(statuses.values())
+        assert set(codes) == {"200", "429"} and codes.count("200") >= 7, statuses
+        await client.close()
+        await _ok_call(server.port)
+
+    asyncio.run(main())
