@@ -63,9 +63,19 @@ class TextFormatter(logging.Formatter):
         return super().format(record)
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is now (the live view swaps in a proxy that prints above it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(fmt: str = "text", *, child: str = "supervisor", level: int = logging.INFO) -> None:
     """Route the root logger to stderr in ``fmt`` ("text" or "json")."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.StreamHandler[_CurrentStderr] = logging.StreamHandler(_CurrentStderr())
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(_Defaults(child))
     root = logging.getLogger()

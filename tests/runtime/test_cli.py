@@ -170,3 +170,14 @@ def test_readme_example_runs_with_demo(worker_factory: Factory) -> None:
     wait_until(greeted, timeout=30, what="demo tasks to succeed")
     proc.signal(signal.SIGTERM)
     assert proc.wait() == 0
+
+
+def test_fatal_session_error_exits_6_without_reconnecting(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess], worker_factory: Factory
+) -> None:
+    """A server requiring a token the worker lacks: unauthenticated is fatal, exit code 6."""
+    secured = server_factory(["--token", "s3cret"])
+    proc = worker_factory(_app(tmp_path), "rtapp:app", "--server", secured.url, "--processes", "1")
+    assert proc.wait(60) == 6
+    assert "unauthenticated" in proc.output
+    assert proc.output.count("connecting to") == 1
