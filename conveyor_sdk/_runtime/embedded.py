@@ -51,7 +51,12 @@ class EmbeddedServer:
         cmd = [sys.executable, "-c", _BOOT, "--dev", "--host", "127.0.0.1", "--port", "0", *self.args]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, process_group=0
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            process_group=0,
         )
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
@@ -77,9 +82,10 @@ class EmbeddedServer:
         return self.url
 
     def _drain(self, fd: int) -> None:
-        with contextlib.suppress(OSError):
+        """Copy the server's output to our current stderr (the live view's proxy while it runs)."""
+        with contextlib.suppress(OSError, ValueError):
             while chunk := os.read(fd, 65536):
-                sys.stderr.buffer.write(chunk)
+                sys.stderr.write(chunk.decode(errors="replace"))
                 sys.stderr.flush()
 
     def stop(self, timeout: float = 10.0) -> int:

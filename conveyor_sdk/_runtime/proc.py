@@ -51,6 +51,7 @@ class ChildArgs:
     python: str = sys.executable
     env: dict[str, str] | None = None
     cwd: str | None = None
+    forward_stderr: bool = False  # pipe children's stderr through the supervisor's sys.stderr (live view)
 
 
 @dataclass(slots=True)
@@ -109,6 +110,7 @@ class ChildProc:
     _writer: asyncio.WriteTransport | None = None
     _reader: asyncio.ReadTransport | None = None
     _outbox: list[bytes] = field(default_factory=list)
+    _stderr: asyncio.ReadTransport | None = None
     _pidfd: int = -1
     _pipe_closed: bool = False
     _exited: bool = False
@@ -155,6 +157,7 @@ class ChildProc:
                 stdin=subprocess.DEVNULL,
                 pass_fds=(to_child_r, from_child_w),
                 process_group=0,
+                stderr=subprocess.PIPE if self.args.forward_stderr else None,
                 env=env,
                 cwd=self.args.cwd,
             )
@@ -248,6 +251,8 @@ class ChildProc:
             self._writer.close()
         if self._reader is not None:
             self._reader.close()
+        if self._stderr is not None:
+            self._stderr.close()
         if self._on_gone is not None:
             self._on_gone(self)
 
@@ -276,3 +281,11 @@ class _ChildReader(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.child.pipe_closed()
+
+
+class _StderrForwarder(asyncio.Protocol):
+    """Copies a child's stderr to the supervisor's current ``sys.stderr``."""
+
+    def data_received(self, data: bytes) -> None:
+        sys.stderr.write(data.decode(errors="replace"))
+        sys.stderr.flush()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,7 +108,13 @@ class Supervisor:
                 max_memory_mb=cfg.max_memory_mb,
                 weights=tuple(cfg.queues.items()),
             )
-            args = ChildArgs(app=cfg.app, capacity=per_child, beat=cfg.beat, log_format=cfg.log_format)
+            args = ChildArgs(
+                app=cfg.app,
+                capacity=per_child,
+                beat=cfg.beat,
+                log_format=cfg.log_format,
+                forward_stderr=cfg.live,
+            )
             self.executor = ProcessExecutor(args, pools, options, self.metrics)
             self.executor.spawn()
             log.info(
@@ -121,7 +126,7 @@ class Supervisor:
         if not cfg.server:
             self.embedded = EmbeddedServer()
             self.server_url = self.embedded.start()
-            print(f"embedded server listening on {self.server_url}", file=sys.stderr, flush=True)
+            log.info("embedded server listening on %s", self.server_url)
 
     # -- the loop ----------------------------------------------------------------------
     async def run(self) -> int:
@@ -241,8 +246,7 @@ class Supervisor:
             port=self.config.metrics_port,
         )
         port = await server.start()
-        log.info("metrics on http://%s:%d/metrics (health: /healthz)", self.config.metrics_host, port)
-        print(f"metrics listening on http://{self.config.metrics_host}:{port}", file=sys.stderr, flush=True)
+        log.info("metrics listening on http://%s:%d (/metrics, /healthz)", self.config.metrics_host, port)
         return server
 
     def _children_alive(self) -> int:
