@@ -9,11 +9,15 @@ detail) after a progress bar and exits 0 only when no selected check failed.
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from conveyor_cli._common import TokenOpt, err_console, fail
+
+if TYPE_CHECKING:
+    from conveyor_conformance.context import SuiteConfig
+    from conveyor_conformance.model import Check, CheckResult
 
 conformance = typer.Typer(help="Run the conveyor.v1 conformance suite.", no_args_is_help=True)
 
@@ -78,7 +82,7 @@ def run(  # noqa: PLR0917  # typer maps each option to one parameter
     raise typer.Exit(0 if ok else 1)
 
 
-def _run_and_report(config: object, json_file: str | None, junit_file: str | None) -> bool:
+def _run_and_report(config: SuiteConfig, json_file: str | None, junit_file: str | None) -> bool:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -92,14 +96,14 @@ def _run_and_report(config: object, json_file: str | None, junit_file: str | Non
     with Progress(*columns, console=console, transient=True) as progress:
         bar = progress.add_task("starting", total=None)
 
-        def started(checks: list[object]) -> None:
+        def started(checks: list[Check]) -> None:
             progress.update(bar, total=len(checks), description="conformance")
 
-        def finished(result: object) -> None:
-            progress.update(bar, advance=1, description=f"{result.id}")  # type: ignore[attr-defined]
+        def finished(result: CheckResult) -> None:
+            progress.update(bar, advance=1, description=f"{result.id}")
 
         try:
-            summary = asyncio.run(run_suite(config, on_start=started, on_result=finished))  # type: ignore[arg-type]
+            summary = asyncio.run(run_suite(config, on_start=started, on_result=finished))
         except ValueError as exc:  # e.g. --only matching nothing
             fail(str(exc), 2)
         except RuntimeError as exc:  # server failed to start

@@ -33,7 +33,7 @@ async def open_raw_session(url: str, token: str | None, protocol: str = "grpc") 
     """Open a Session stream with the SDK transport (no frames sent yet)."""
     from conveyor_sdk._transport import TransportOptions, open_session
 
-    opts = TransportOptions(token=token, protocol=protocol)  # type: ignore[call-arg]
+    opts = TransportOptions(token=token, protocol=protocol)  # type: ignore[arg-type]  # validated by the CLI
     stream: Any = open_session(url, opts)
     if inspect.isawaitable(stream):
         stream = await stream

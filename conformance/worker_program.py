@@ -72,7 +72,7 @@ def build_registry(sleep_ms: int) -> Any:
 
 
 def _worker(env: Mapping[str, str], queues: dict[str, int]) -> Any:
-    from conveyor_sdk.worker import Worker  # type: ignore[attr-defined]
+    from conveyor_sdk.worker import Worker
 
     return Worker(
         env["CONVEYOR_ADDR"],

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conveyor_conformance.checks._common import dur, ts
 from conveyor_conformance.checks._procs import WorkerProcess, start_worker
@@ -14,6 +14,9 @@ from conveyor_conformance.context import CheckContext
 from conveyor_conformance.model import CheckFailed
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+
+if TYPE_CHECKING:
+    from conveyor_sdk.testing import ScriptedPeer
 
 __all__ = ["Conversation", "Seen", "open_conversation"]
 
@@ -49,11 +52,11 @@ class Seen:
 class Conversation:
     """One accepted session stream with a background reader collecting frames."""
 
-    def __init__(self, ctx: CheckContext, peer: object, proc: WorkerProcess) -> None:
+    def __init__(self, ctx: CheckContext, peer: ScriptedPeer, proc: WorkerProcess) -> None:
         self.ctx = ctx
         self.peer = peer
         self.proc = proc
-        self.sess: object = None
+        self.sess: Any = None  # conveyor_sdk.testing.PeerSession once accepted
         self.hello: pb.Hello | None = None
         self.seen = Seen()
         self._reader: asyncio.Task[None] | None = None
@@ -61,12 +64,12 @@ class Conversation:
     async def accept(self, within: float = 30.0) -> pb.Hello:
         """Accept the next stream and read its first frame (must be Hello)."""
         try:
-            self.sess = await self.peer.accept(timeout=within)  # type: ignore[attr-defined]
+            self.sess = await self.peer.accept(timeout=within)
         except TimeoutError:
             raise CheckFailed(
                 f"the worker opened no session within {within:g}s; {self.proc.tail()}"
             ) from None
-        first = await self.sess.recv(timeout=within)  # type: ignore[attr-defined]
+        first = await self.sess.recv(timeout=within)
         if first is None or first.WhichOneof("frame") != "hello":
             kind = None if first is None else first.WhichOneof("frame")
             raise CheckFailed(f"first frame was {kind}, not Hello")
@@ -103,7 +106,7 @@ class Conversation:
             self._reader = asyncio.ensure_future(self._read())  # answer a half-close before Welcome too
         await self.proc.aclose()
         await self._stop_reader()
-        await self.peer.aclose()  # type: ignore[attr-defined]
+        await self.peer.aclose()
 
     async def _stop_reader(self) -> None:
         if self._reader is not None:
@@ -112,7 +115,7 @@ class Conversation:
 
     async def send(self, msg: pb.ServerMessage) -> None:
         """Send one server frame."""
-        await self.sess.send(msg)  # type: ignore[attr-defined]
+        await self.sess.send(msg)
 
     async def dispatch(
         self,

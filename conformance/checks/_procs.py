@@ -62,7 +62,12 @@ class WorkerProcess:
 
 
 async def start_worker(
-    ctx: CheckContext, *, addr: str, scenario: str = "sleep", sleep_ms: int = 0, extra: Mapping[str, str] = ()
+    ctx: CheckContext,
+    *,
+    addr: str,
+    scenario: str = "sleep",
+    sleep_ms: int = 0,
+    extra: Mapping[str, str] | None = None,
 ) -> WorkerProcess:
     """Start ``env.worker_cmd`` with the contract's environment; stopped when the check ends."""
     cmd = ctx.env.worker_cmd
@@ -73,7 +78,7 @@ async def start_worker(
     env.pop("CONVEYOR_TOKEN", None)
     if ctx.env.token:
         env["CONVEYOR_TOKEN"] = ctx.env.token
-    env.update(dict(extra))
+    env.update(dict(extra or {}))
     proc = await asyncio.create_subprocess_exec(
         *cmd,
         env=env,

@@ -23,14 +23,15 @@ from conveyor_sdk.errors import Code
 NEEDS = [Requirement.WORKER_CMD]
 
 
-async def _ready(ctx: CheckContext, **kw: object) -> Conversation:
-    conv = await open_conversation(ctx, **kw)  # type: ignore[arg-type]
+async def _ready(ctx: CheckContext, *, sleep_ms: int = 0, concurrency: int = 2) -> Conversation:
+    """A worker program that said Hello and got a Welcome (heartbeat_interval 0.3 s)."""
+    conv = await open_conversation(ctx, sleep_ms=sleep_ms, concurrency=concurrency)
     await conv.accept()
-    await conv.welcome(heartbeat=float(kw.get("heartbeat", 0.3)) if "heartbeat" in kw else 0.3)  # type: ignore[arg-type]
+    await conv.welcome(heartbeat=0.3)
     return conv
 
 
-def _has_result(task_id: str, n: int = 1):  # type: ignore[no-untyped-def]
+def _has_result(task_id: str, n: int = 1):
     return lambda seen: len(seen.results().get(task_id, [])) >= n
 
 
@@ -45,7 +46,7 @@ def _has_result(task_id: str, n: int = 1):  # type: ignore[no-untyped-def]
 async def opens_session(ctx: CheckContext) -> str:
     conv = await open_conversation(ctx, extra={"CONVEYOR_TOKEN": "cf-secret"}, require_token="cf-secret")
     await conv.accept()
-    headers = conv.sess.headers  # type: ignore[attr-defined]
+    headers = conv.sess.headers
     ctx.expect(headers.get(":path") == "/conveyor.v1.WorkerService/Session", f"path {headers.get(':path')}")
     ctx.expect(
         headers.get("authorization") == "Bearer cf-secret", f"authorization {headers.get('authorization')!r}"
@@ -83,7 +84,7 @@ async def waits_for_welcome(ctx: CheckContext) -> str:
     conv = await open_conversation(ctx)
     await conv.accept()
     try:
-        early = await conv.sess.recv(timeout=ctx.t(1.5))  # type: ignore[attr-defined]
+        early = await conv.sess.recv(timeout=ctx.t(1.5))
     except TimeoutError:
         early = None
     ctx.expect(early is None, f"sent {early.WhichOneof('frame') if early else ''} before Welcome")
@@ -280,19 +281,19 @@ async def tolerates_ping(ctx: CheckContext) -> str:
     ctx.expect(kinds <= {"result", "heartbeat", "progress"}, f"unexpected frames after Ping: {kinds}")
     ctx.expect(
         not conv.seen.closed and conv.peer.sessions_opened == 1, "session closed or reopened after Ping"
-    )  # type: ignore[attr-defined]
+    )
     return "3 Pings ignored; Dispatch served on the same session"
 
 
 async def _reconnect_gaps(conv: Conversation, failures: int, code: Code) -> list[float]:
     """Reject ``failures`` streams in a row; return the gaps between attempts."""
     loop = asyncio.get_running_loop()
-    stamps = []
+    stamps: list[float] = []
     for _ in range(failures):
-        conv.peer.reject_next(code, "conformance: go away")  # type: ignore[attr-defined]
-    opened = conv.peer.sessions_opened  # type: ignore[attr-defined]
+        conv.peer.reject_next(code, "conformance: go away")
+    opened = conv.peer.sessions_opened
     while len(stamps) < failures + 1:
-        now_opened = conv.peer.sessions_opened  # type: ignore[attr-defined]
+        now_opened = conv.peer.sessions_opened
         if now_opened > opened:
             stamps.extend([loop.time()] * (now_opened - opened))
             opened = now_opened
@@ -335,9 +336,9 @@ async def reconnect_reset(ctx: CheckContext) -> str:
         await conv.accept()
         await conv.welcome()
         ended = loop.time()
-        await conv.sess.end(Code.UNAVAILABLE, "conformance: flap")  # type: ignore[attr-defined]
-        opened = conv.peer.sessions_opened  # type: ignore[attr-defined]
-        while conv.peer.sessions_opened == opened:  # type: ignore[attr-defined]
+        await conv.sess.end(Code.UNAVAILABLE, "conformance: flap")
+        opened = conv.peer.sessions_opened
+        while conv.peer.sessions_opened == opened:
             await asyncio.sleep(0.01)
             if loop.time() - ended > 20:
                 raise CheckFailed("no reconnect after a transient end")
@@ -351,15 +352,15 @@ async def reconnect_reset(ctx: CheckContext) -> str:
 async def _fatal(ctx: CheckContext, code: Code, message: str, after_welcome: bool) -> str:
     conv = await open_conversation(ctx)
     if not after_welcome:
-        conv.peer.reject_next(code, message)  # type: ignore[attr-defined]
+        conv.peer.reject_next(code, message)
     else:
         await conv.accept()
         await conv.welcome()
-        await conv.sess.end(code, message)  # type: ignore[attr-defined]
+        await conv.sess.end(code, message)
     loop = asyncio.get_running_loop()
     end = loop.time() + ctx.t(4)
     while loop.time() < end:
-        if conv.peer.sessions_opened > 1:  # type: ignore[attr-defined]
+        if conv.peer.sessions_opened > 1:
             raise CheckFailed(f"reconnected after {code.connect_name}")
         await asyncio.sleep(0.05)
     return f"no reconnect within 4 s of {code.connect_name}"
@@ -402,7 +403,7 @@ async def closes_on_shutdown(ctx: CheckContext) -> str:
     )
     conv.proc.terminate()
     await conv.until(lambda s: s.closed, "stream end after SIGTERM", within=30)
-    ctx.expect(conv.sess.client_half_closed, "the stream was dropped, not half-closed (END_STREAM)")  # type: ignore[attr-defined]
+    ctx.expect(conv.sess.client_half_closed, "the stream was dropped, not half-closed (END_STREAM)")
     res = conv.seen.results().get("t-long", [])
     ctx.expect(
         all(r.outcome in (SUCCESS, RELEASED) for r in res), f"drain reported {[r.outcome for r in res]}"
