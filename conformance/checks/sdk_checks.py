@@ -502,3 +502,27 @@ async def unknown_content_type(ctx: CheckContext) -> str:
     res = conv.seen.results()["t-ct"][0]
     ctx.expect(res.outcome in (RETRY, SKIP_RETRY), f"outcome {res.outcome} for an unknown content_type")
     return f"outcome {res.outcome} ({res.error_msg!r})"
+
+
+_VALUE = {"s": "h\u00e9llo <tag>", "n": 42, "nested": {"k": [1, 2, 3]}, "t": True}
+_GO_BYTES = '{"n":42,"nested":{"k":[1,2,3]},"s":"h\u00e9llo \\u003ctag\\u003e","t":true}'.encode()
+
+
+@check(
+    "sdk.9.json-payload-producer-bytes",
+    section="9",
+    description="Our client encodes application/json payloads as the bytes Go's encoding/json produces.",
+)
+async def json_producer(ctx: CheckContext) -> str:
+    from conveyor_sdk.client import Client
+
+    client = Client(ctx.env.url, token=ctx.env.token)
+    ctx.on_close(client.aclose)
+    info = await client.enqueue("conformance:json", _VALUE, queue=ctx.queue, retention=3600)
+    stored = await ctx.api.get_task(info.id)
+    ctx.expect(stored.content_type == "application/json", f"content_type {stored.content_type!r}")
+    ctx.expect(
+        json.loads(stored.payload) == _VALUE, f"payload does not decode to the value: {stored.payload!r}"
+    )
+    ctx.expect(stored.payload == _GO_BYTES, f"bytes {stored.payload!r} differ from Go's {_GO_BYTES!r}")
+    return f"{len(stored.payload)} bytes, identical to Go encoding/json"

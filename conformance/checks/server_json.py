@@ -106,3 +106,24 @@ async def json_errors(ctx: CheckContext) -> str:
     status = err.details.get("http_status") if err.details else None
     ctx.expect(status == 400, f"HTTP status {status}, want 400")
     return f"HTTP 400 invalid_argument ({err.message})"
+
+
+@check(
+    "server.1.1.json-duration-output",
+    section="1.1",
+    description=(
+        "Connect JSON encodes Duration output as decimal seconds with an s suffix ('1.500s', '3600s')."
+    ),
+)
+async def json_duration_output(ctx: CheckContext) -> str:
+    body = {"queue": ctx.queue, "group": "g", "maxSize": 5, "maxDelay": "1.500s", "gracePeriod": "3600s"}
+    await ctx.api.call_json(ADMIN + "SetGroupConfig", body)
+    try:
+        out = await ctx.api.call_json(ADMIN + "ListGroupConfigs", {})
+    finally:
+        await ctx.api.call_json(ADMIN + "DeleteGroupConfig", {"queue": ctx.queue, "group": "g"})
+    mine = [c for c in out.get("configs", []) if c.get("queue") == ctx.queue and c.get("group") == "g"]
+    ctx.expect(mine, "the group config just set is missing from ListGroupConfigs")
+    got = (mine[0].get("maxDelay"), mine[0].get("gracePeriod"))
+    ctx.expect(got == ("1.500s", "3600s"), f"Durations encoded as {got}, want ('1.500s', '3600s')")
+    return "maxDelay '1.500s', gracePeriod '3600s'"

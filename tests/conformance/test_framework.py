@@ -168,6 +168,7 @@ def test_every_checklist_item_has_a_named_check() -> None:
         "stops-on-fatal-protocol-error",
         "closes-stream-on-shutdown",
         "json-payload-byte-compatible",
+        "json-payload-producer-bytes",
     ]
     missing = [item for item in items if f"sdk.9.{item}" not in ids]
     assert not missing
