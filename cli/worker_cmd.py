@@ -20,7 +20,8 @@ from conveyor_sdk.durations import parse_duration
 
 if TYPE_CHECKING:
     from conveyor_sdk._runtime.pools import PoolSpec
-    from conveyor_sdk._worker.registry import HandlerSpec
+    from conveyor_sdk._runtime.supervisor import SupervisorConfig
+    from conveyor_sdk._worker.registry import HandlerSpec, Registry
 
 EPILOG = (
     "Exit codes: 0 clean stop (drained after SIGTERM/SIGINT); 1 invalid option or queue configuration "
@@ -150,10 +151,7 @@ def run_worker_command(
     demo: bool,
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
-    from conveyor_sdk._runtime.appload import AppLoadError, load_app
-    from conveyor_sdk._runtime.embedded import EmbeddedServerError
-    from conveyor_sdk._runtime.logs import configure_logging
-    from conveyor_sdk._runtime.supervisor import EXIT_SERVER, Supervisor, SupervisorConfig
+    from conveyor_sdk._runtime.supervisor import SupervisorConfig
 
     if log_format not in ("text", "json"):
         fail(f"--log-format must be text or json, got {log_format!r}")
@@ -164,11 +162,7 @@ def run_worker_command(
             raise ValueError("--max-tasks-per-child and --max-memory-per-child must be >= 0")
     except ValueError as exc:
         fail(str(exc))
-    configure_logging(log_format)
-    try:
-        registry = load_app(app_spec)
-    except AppLoadError as exc:
-        fail(exc.message, exc.exit_code)
+    registry = _load(app_spec, log_format)
     try:
         queues = _queues(queue, registry)
     except ValueError as exc:
@@ -176,7 +170,6 @@ def run_worker_command(
     for spec in pools:
         for name in spec.queues:
             queues.setdefault(name, 1)
-    module = sys.modules.get(app_spec.partition(":")[0])
     config = SupervisorConfig(
         app=app_spec,
         queues=queues,
@@ -194,6 +187,27 @@ def run_worker_command(
         demo=demo,
         live=sys.stderr.isatty() and log_format == "text",
     )
+    return _serve(config, registry)
+
+
+def _load(app_spec: str, log_format: str) -> Registry:
+    """Configure logging and import the app (exit 3/4 on failure)."""
+    from conveyor_sdk._runtime.appload import AppLoadError, load_app
+    from conveyor_sdk._runtime.logs import configure_logging
+
+    configure_logging(log_format)
+    try:
+        return load_app(app_spec)
+    except AppLoadError as exc:
+        fail(exc.message, exc.exit_code)
+
+
+def _serve(config: SupervisorConfig, registry: Registry) -> int:
+    """Spawn children and the embedded server, run the loop, clean up; returns the exit code."""
+    from conveyor_sdk._runtime.embedded import EmbeddedServerError
+    from conveyor_sdk._runtime.supervisor import EXIT_SERVER, Supervisor
+
+    module = sys.modules.get(config.app.partition(":")[0])
     sup = Supervisor(config, registry, getattr(module, "__file__", None))
     try:
         try:

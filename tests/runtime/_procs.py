@@ -9,10 +9,10 @@ import os
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def become_subreaper() -> None:
-    """Orphaned grandchildren are re-parented to us, so a leak cannot hide behind init."""
+def set_subreaper(on: bool) -> None:
+    """While on, orphaned grandchildren are re-parented to us, so a leak cannot hide behind init."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
 
 
 def _stat(pid: int) -> tuple[int, str] | None:
@@ -51,15 +51,15 @@ def descendants(root: int | None = None) -> list[tuple[int, str, str]]:
     return found
 
 
-def reap_zombies() -> None:
-    """Collect exited direct children nobody waited for (we are their subreaper)."""
+def reap_zombies(skip: set[int] | frozenset[int] = frozenset()) -> None:
+    """Collect exited children nobody waited for (orphans re-parented to us), except ``skip``."""
     for pid, state, _ in descendants():
-        if state == "Z":
+        if state == "Z" and pid not in skip:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
 
 
-def live_descendants() -> list[tuple[int, str, str]]:
-    """Descendants that are not zombies, after reaping the zombies we can."""
-    reap_zombies()
-    return [d for d in descendants() if d[1] != "Z"]
+def live_descendants(skip: set[int] | frozenset[int] = frozenset()) -> list[tuple[int, str, str]]:
+    """Descendants not in ``skip`` that are not zombies, after reaping the other zombies."""
+    reap_zombies(skip)
+    return [d for d in descendants() if d[1] != "Z" and d[0] not in skip]

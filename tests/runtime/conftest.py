@@ -10,22 +10,23 @@ import pytest
 from conveyor_server_min.testing import ServerProcess
 from tests._util import wait_until
 from tests.conftest import FAST_ARGS
-from tests.runtime._procs import become_subreaper, live_descendants
+from tests.runtime._procs import descendants, live_descendants, set_subreaper
 from tests.runtime._worker_proc import WorkerProc
-
-become_subreaper()
 
 
 @pytest.fixture(autouse=True)
 def no_leftover_processes() -> Iterator[None]:
     """After the test (and every other fixture's teardown), no descendant process is alive."""
-    before = {pid for pid, _, _ in live_descendants()}
+    before = {pid for pid, _, _ in descendants()}
+    set_subreaper(True)
     yield
     try:
-        wait_until(lambda: not [d for d in live_descendants() if d[0] not in before], timeout=15)
+        wait_until(lambda: not live_descendants(before), timeout=15)
     except AssertionError:
-        left = [d for d in live_descendants() if d[0] not in before]
+        left = live_descendants(before)
         raise AssertionError(f"processes left behind: {left}") from None
+    finally:
+        set_subreaper(False)
 
 
 @pytest.fixture
