@@ -97,6 +97,7 @@ class ProcessExecutor(Fleet):
             child = pool.pick()
         loop = asyncio.get_running_loop()
         running = RunningJob(job, control, child, loop.create_future(), time.monotonic())
+        running.started_wall = time.time()
         self.running[job.job_id] = running
         child.jobs[job.job_id] = running
         pool.book.acquire(job.queue, job.job_id)

@@ -279,9 +279,7 @@ class Fleet:
                     extra={"task_id": ids},
                 )
             grace = self.options.kill_grace
-            late = [
-                r for r in child.jobs.values() if r.job.deadline is not None and r.job.deadline + grace < wall
-            ]
+            late = [r for r in child.jobs.values() if (b := _hard_bound(r)) is not None and b + grace < wall]
             for running in late:
                 running.victim = True
             if late:
@@ -312,6 +310,17 @@ class Fleet:
 
     def _on_gone(self, child: ChildProc) -> None:
         raise NotImplementedError
+
+
+def _hard_bound(running: RunningJob) -> float | None:
+    """When a hung job must be stopped: its task-owned bounds (deadline, start + timeout).
+
+    Without any, the core's start-time deadline (lease-derived, so a blocked child
+    cannot hold a task forever while the heartbeats keep its lease alive).
+    """
+    bounds = [t.task_deadline for t in running.job.tasks if t.task_deadline is not None]
+    bounds += [running.started_wall + t.timeout for t in running.job.tasks if t.timeout]
+    return min(bounds) if bounds else running.job.deadline
 
 
 async def _wait_gone(children: list[ChildProc], seconds: float) -> bool:

@@ -66,6 +66,7 @@ class RunningJob:
     cancel_reason: CancelReason | None = None
     kill_timer: asyncio.TimerHandle | None = None
     victim: bool = False  # its child is being killed because of this job
+    started_wall: float = 0.0  # epoch seconds
 
 
 def describe_exit(returncode: int | None) -> str:
