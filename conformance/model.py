@@ -42,7 +42,6 @@ class Requirement(enum.Enum):
     SHORT_LEASE = "short-lease"  # Welcome.lease_ttl of about 2 s and fast reap/promote/group timings
     AUTH_SERVER = "auth-server"  # a server that requires a bearer token
     WORKER_CMD = "worker-cmd"  # a worker program implementing the environment contract
-    OUR_SERVER = "our-server"  # the suite started conveyor_server_min itself
 
 
 class Status(enum.Enum):
