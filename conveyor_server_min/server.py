@@ -152,6 +152,7 @@ class Server:
                 if not await self._hub.wait_idle(remaining):
                     log.warning("streams still open at the shutdown deadline; closing them")
                 self._hub.close_all()
+                await self._hub.wait_closed(1.0)
             if self._server is not None:
                 await _bounded(self._server.wait_closed(), 1.0, "listener close")
         finally:

@@ -48,6 +48,7 @@ class Hub:
         self.max_streams = max_streams
         self.connections: set[HttpProtocol] = set()
         self.accepting = True
+        self._all_closed: asyncio.Future[None] | None = None
 
     def shutdown(self) -> None:
         """GOAWAY / close-after-response on every connection."""
@@ -72,6 +73,27 @@ class Hub:
         """Close every connection now (cancelling what still runs)."""
         for conn in list(self.connections):
             conn.close()
+
+    async def wait_closed(self, seconds: float) -> None:
+        """Until every socket is really closed; after ``seconds``, abort the rest (e.g. a TLS peer
+        that never answers close_notify) so no transport outlives the server."""
+        try:
+            async with asyncio.timeout(seconds):
+                while self.connections:
+                    self._all_closed = asyncio.get_running_loop().create_future()
+                    await self._all_closed
+        except TimeoutError:
+            for conn in list(self.connections):
+                if conn.transport is not None:
+                    conn.transport.abort()
+            await asyncio.sleep(0)  # let the aborted transports run connection_lost
+
+    def discard(self, conn: HttpProtocol) -> None:
+        """A connection is gone."""
+        self.connections.discard(conn)
+        fut = self._all_closed
+        if not self.connections and fut is not None and not fut.done():
+            fut.set_result(None)
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -121,7 +143,7 @@ class HttpProtocol(asyncio.Protocol):
         return None  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.hub.connections.discard(self)
+        self.hub.discard(self)
         if self._sniff_timer is not None:
             self._sniff_timer.cancel()
         if self.impl is not None:
