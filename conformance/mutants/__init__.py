@@ -3,6 +3,6 @@
 * :mod:`.raw_worker` — a compact worker written straight on the session
   transport that implements the environment contract; ``MUTATION`` breaks one
   rule at a time (``none`` is the faithful reference).
-* :mod:`.server_no_credits` — the reference server patched to hand out more
-  dispatches than Hello.concurrency.
+* :mod:`.server_mutant` — the reference server with one rule broken
+  (``MUTATION`` = ``no-credits``, ``ignore-heartbeats`` or ``ignore-progress``).
 """

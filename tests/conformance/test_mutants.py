@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from conveyor_conformance import Status, SuiteConfig, default_registry, run_suite
@@ -54,22 +55,41 @@ def test_every_mutant_target_exists() -> None:
             assert check_id in reg
 
 
-class _NoCreditServer(ServerProcess):
+class _MutantServer(ServerProcess):
     def command(self) -> list[str]:
         cmd = super().command()
-        return [sys.executable, "-m", "conveyor_conformance.mutants.server_no_credits", *cmd[3:]]
+        return [sys.executable, "-m", "conveyor_conformance.mutants.server_mutant", *cmd[3:]]
 
 
-def test_server_ignoring_credits_fails_the_credit_checks() -> None:
-    """A server that dispatches beyond Hello.concurrency fails the §5.5 credit checks, and only those."""
-    proc = _NoCreditServer(SHORT_TIMINGS)
-    proc.start()
+SERVER_MUTANTS: dict[str, list[str]] = {
+    "no-credits": ["server.5.5.credits-never-exceeded", "server.5.5.result-refills-one-credit"],
+    "ignore-heartbeats": [
+        "server.5.6.heartbeats-extend-leases",
+        "server.5.6.omitted-from-heartbeat-is-reclaimed",
+    ],
+    "ignore-progress": ["server.5.8.progress-visible"],
+}
+CONTROL = "server.6.2.get-task-errors"  # unaffected by every server mutation
+
+
+async def _against(mutation: str, ids: list[str]) -> dict[str, Status]:
+    proc = _MutantServer(SHORT_TIMINGS, env={**os.environ, "MUTATION": mutation})
+    await asyncio.to_thread(proc.start)
     try:
-        config = SuiteConfig(server=proc.url, only=("server.5.5", "server.6.2"))
-        summary = asyncio.run(run_suite(config))
+        summary = await run_suite(SuiteConfig(server=proc.url, only=(*ids, CONTROL)))
     finally:
-        assert stop_server(proc) == 0
-    got = {r.id: r.status for r in summary.results}
-    assert got["server.5.5.credits-never-exceeded"] is Status.FAIL
-    assert got["server.5.5.result-refills-one-credit"] is Status.FAIL
-    assert got["server.6.2.get-task-errors"] is Status.PASS
+        assert await asyncio.to_thread(stop_server, proc) == 0
+    return {r.id: r.status for r in summary.results}
+
+
+def test_each_server_mutant_fails_the_checks_it_breaks() -> None:
+    """A server that ignores credits, heartbeats or progress fails exactly the matching server checks."""
+
+    async def main() -> dict[str, dict[str, Status]]:
+        runs = [_against(m, ids) for m, ids in SERVER_MUTANTS.items()]
+        return dict(zip(SERVER_MUTANTS, await asyncio.gather(*runs), strict=True))
+
+    out = asyncio.run(main())
+    for mutation, ids in SERVER_MUTANTS.items():
+        want = {i: Status.FAIL for i in ids} | {CONTROL: Status.PASS}
+        assert out[mutation] == want, mutation

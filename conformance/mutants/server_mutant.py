@@ -1,0 +1,57 @@
+"""``python -m conveyor_conformance.mutants.server_mutant``: the reference server, broken on request.
+
+``MUTATION`` (environment) selects one broken rule, then the normal
+``conveyor_server_min`` command line runs:
+
+no-credits         every session may hold two more deliveries than Hello.concurrency
+ignore-heartbeats  Heartbeat frames extend no lease
+ignore-progress    Progress frames are dropped
+
+Small patches of engine internals, used only to prove the server checks can fail.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+EXTRA = 2
+
+
+def _free(self: Any) -> int:
+    return int(self.concurrency) + EXTRA - len(self.deliveries)
+
+
+def _ignore(self: Any, *args: Any) -> None:
+    return None
+
+
+def apply(mutation: str) -> None:
+    """Patch the engine for ``mutation`` (ValueError for an unknown one)."""
+    from conveyor_server_min._engine import engine, sessions
+
+    if mutation == "no-credits":
+        sessions.SessionState.free = property(_free)  # type: ignore[assignment,method-assign]
+    elif mutation == "ignore-heartbeats":
+        engine.Engine.heartbeat = _ignore  # type: ignore[method-assign]
+    elif mutation == "ignore-progress":
+        engine.Engine.progress = _ignore  # type: ignore[method-assign]
+    else:
+        raise ValueError(f"unknown server MUTATION {mutation!r}")
+
+
+def main() -> None:
+    """Patch, then run the server CLI."""
+    try:
+        apply(os.environ.get("MUTATION", ""))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    from conveyor_cli.server_cmd import main as server_main
+
+    server_main()
+
+
+if __name__ == "__main__":
+    main()
