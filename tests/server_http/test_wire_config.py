@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import InvalidArgument, ProtocolError, ResourceExhausted, Unimplemented
@@ -128,3 +130,34 @@ def test_build_config_errors(flags: dict[str, object], needle: str) -> None:
     with pytest.raises(ConfigError) as info:
         build_config(flags, {})
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+@given(
+    st.lists(st.binary(max_size=300), max_size=8),
+    st.lists(st.integers(min_value=1, max_value=64), min_size=1, max_size=20),
+)
+@settings(max_examples=200, deadline=None)
+def test_decoder_is_split_invariant(payloads: list[bytes], cuts: list[int]) -> None:
+    """However the byte stream is cut into feeds, the same messages come out in order."""
+    stream = b"".join(encode_message(p) for p in payloads)
+    dec = MessageDecoder(1024)
+    out: list[bytes] = []
+    pos, i = 0, 0
+    while pos < len(stream):
+        step = cuts[i % len(cuts)]
+        out += [data for _, data in dec.feed(stream[pos : pos + step])]
+        pos, i = pos + step, i + 1
+    assert out == payloads and dec.pending == 0
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=200, deadline=None)
+def test_codec_decode_never_raises_foreign_errors(data: bytes) -> None:
+    """Arbitrary bytes either decode or raise InvalidArgument, for both codecs."""
+    for codec in (PROTO, JSON):
+        try:
+            msg = codec.decode(data, pb.WorkerMessage)
+        except InvalidArgument as exc:
+            assert exc.code.connect_name == "invalid_argument"
+        else:
+            assert isinstance(msg, pb.WorkerMessage)
