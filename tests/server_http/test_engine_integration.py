@@ -60,3 +60,36 @@ def test_rst_stream_releases_the_sessions_leases(server_proc: Callable[..., Serv
     asyncio.run(main())
     task = _task(proc.url, task_id)
     assert task["state"] == "TASK_STATE_COMPLETED" and task.get("retried", 0) == 0
+
+
+def test_large_batch_dispatch_flows_through_a_small_window(server_proc: Callable[..., ServerProcess]) -> None:
+    """A 40-member BatchDispatch of 64 KiB payloads (~2.6 MB) reaches a worker with a 64 KiB window."""
+    proc = server_proc(["--group-max-size", "40", "--group-sweep-interval", "100ms"])
+    item = pb.EnqueueRequest(queue="grp", type="bt", payload=b"p" * 65536, group="g")
+    batch = pb.EnqueueBatchRequest(tasks=[item] * 40).SerializeToString()
+    resp = httpx.post(
+        proc.url + "/conveyor.v1.TaskService/EnqueueBatch",
+        content=batch,
+        headers={"content-type": "application/proto"},
+    )
+    assert resp.status_code == 200
+    ids = [r.task.id for r in pb.EnqueueBatchResponse.FromString(resp.content).results]
+    assert len(ids) == 40 and all(ids)
+    host, port = proc.address.rsplit(":", 1)
+
+    async def main() -> None:
+        client = await H2Client(window=65535).connect(host, int(port))
+        sid = await client.open(SESSION)
+        hello = pb.Hello(queues={"grp": 1}, concurrency=1, sdk_version="test", batch_types=["bt"])
+        await client.send_msg(sid, pb.WorkerMessage(hello=hello))
+        msgs = await client.server_messages(sid, 2, timeout=30)
+        members = msgs[1].batch_dispatch.tasks
+        assert sorted(t.id for t in members) == sorted(ids)
+        assert all(len(t.payload) == 65536 for t in members)
+        results = [pb.Result(task_id=t.id, outcome=pb.TASK_OUTCOME_SUCCESS) for t in members]
+        await client.send_msg(sid, pb.WorkerMessage(batch_result=pb.BatchResult(results=results)), end=True)
+        assert (await client.wait(sid)).trailers["grpc-status"] == "0"
+        await client.close()
+
+    asyncio.run(main())
+    assert _task(proc.url, ids[0])["state"] == "TASK_STATE_COMPLETED"
