@@ -14,7 +14,8 @@ MODULES = (
     "server_enqueue",
     "server_json",
     "server_auth",
-    "sdk_checks",
+    "sdk_session",
+    "sdk_execution",
     "worker_contract",
 )
 

@@ -18,7 +18,7 @@ from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 if TYPE_CHECKING:
     from conveyor_sdk.testing import ScriptedPeer
 
-__all__ = ["Conversation", "Seen", "open_conversation"]
+__all__ = ["Conversation", "Seen", "has_result", "open_conversation", "ready_conversation"]
 
 
 @dataclass(slots=True)
@@ -186,3 +186,16 @@ async def open_conversation(
     conv = Conversation(ctx, peer, proc)
     ctx.on_close(conv.shutdown)
     return conv
+
+
+async def ready_conversation(ctx: CheckContext, *, sleep_ms: int = 0, concurrency: int = 2) -> Conversation:
+    """A worker program that said Hello and got a Welcome (heartbeat_interval 0.3 s)."""
+    conv = await open_conversation(ctx, sleep_ms=sleep_ms, concurrency=concurrency)
+    await conv.accept()
+    await conv.welcome(heartbeat=0.3)
+    return conv
+
+
+def has_result(task_id: str, n: int = 1) -> Callable[[Seen], bool]:
+    """Predicate: at least ``n`` Results for ``task_id`` were seen."""
+    return lambda seen: len(seen.results().get(task_id, [])) >= n

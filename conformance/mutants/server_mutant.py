@@ -32,11 +32,11 @@ def apply(mutation: str) -> None:
     from conveyor_server_min._engine import engine, sessions
 
     if mutation == "no-credits":
-        sessions.SessionState.free = property(_free)  # type: ignore[assignment,method-assign]
+        sessions.SessionState.free = property(_free)  # type: ignore[assignment,method-assign]  # the mutation itself
     elif mutation == "ignore-heartbeats":
-        engine.Engine.heartbeat = _ignore  # type: ignore[method-assign]
+        engine.Engine.heartbeat = _ignore  # type: ignore[method-assign,assignment]  # the mutation itself
     elif mutation == "ignore-progress":
-        engine.Engine.progress = _ignore  # type: ignore[method-assign]
+        engine.Engine.progress = _ignore  # type: ignore[method-assign,assignment]  # the mutation itself
     else:
         raise ValueError(f"unknown server MUTATION {mutation!r}")
 

@@ -1,0 +1,245 @@
+"""SDK checks (§9), session side: opening, Hello/Welcome, heartbeats, Ping, reconnection, fatal errors.
+
+Each runs the worker program (default ``conveyor conformance worker``, our SDK's
+Worker) against a ScriptedPeer that plays the server frame by frame and can do
+on demand what a real server cannot (Ping, transient and fatal stream ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import statistics
+
+from conveyor_conformance.checks._peer import (
+    Conversation,
+    has_result,
+    open_conversation,
+    ready_conversation,
+)
+from conveyor_conformance.context import CheckContext
+from conveyor_conformance.model import CheckFailed, Requirement
+from conveyor_conformance.registry import check
+from conveyor_sdk.errors import Code
+
+NEEDS = [Requirement.WORKER_CMD]
+
+
+@check(
+    "sdk.9.opens-h2-session-with-bearer",
+    section="9",
+    requires=NEEDS,
+    description=(
+        "Opens the session over HTTP/2 at /conveyor.v1.WorkerService/Session with Authorization: Bearer."
+    ),
+)
+async def opens_session(ctx: CheckContext) -> str:
+    conv = await open_conversation(ctx, extra={"CONVEYOR_TOKEN": "cf-secret"}, require_token="cf-secret")
+    await conv.accept()
+    headers = conv.sess.headers
+    ctx.expect(headers.get(":path") == "/conveyor.v1.WorkerService/Session", f"path {headers.get(':path')}")
+    ctx.expect(
+        headers.get("authorization") == "Bearer cf-secret", f"authorization {headers.get('authorization')!r}"
+    )
+    return f"h2 stream, content-type {headers.get('content-type')}, Bearer token sent"
+
+
+@check(
+    "sdk.9.hello-first-with-valid-fields",
+    section="9",
+    requires=NEEDS,
+    description=(
+        "Sends Hello first with >= 1 valid queue, positive weights, positive concurrency and sdk_version."
+    ),
+)
+async def hello_first(ctx: CheckContext) -> str:
+    conv = await open_conversation(ctx, concurrency=3)
+    hello = await conv.accept()
+    ctx.expect(dict(hello.queues).get(ctx.queue, 0) > 0, f"queues {dict(hello.queues)} lack {ctx.queue} > 0")
+    ctx.expect(all(w > 0 for w in hello.queues.values()), "a queue weight is not positive")
+    ctx.expect(hello.concurrency == 3, f"concurrency {hello.concurrency}, want 3")
+    ctx.expect(hello.sdk_version, "sdk_version is empty")
+    return f"queues={dict(hello.queues)} concurrency=3 sdk_version={hello.sdk_version!r}"
+
+
+@check(
+    "sdk.9.waits-for-welcome",
+    section="9",
+    requires=NEEDS,
+    description=(
+        "Sends nothing after Hello until Welcome, then works (no work before the session is established)."
+    ),
+)
+async def waits_for_welcome(ctx: CheckContext) -> str:
+    conv = await open_conversation(ctx)
+    await conv.accept()
+    try:
+        early = await conv.sess.recv(timeout=ctx.t(1.5))
+    except TimeoutError:
+        early = None
+    ctx.expect(early is None, f"sent {early.WhichOneof('frame') if early else ''} before Welcome")
+    await conv.welcome()
+    await conv.dispatch("t-1")
+    await conv.until(has_result("t-1"), "Result after Welcome")
+    return "silent for 1.5 s before Welcome; Result after it"
+
+
+@check(
+    "sdk.9.heartbeat-interval-from-welcome",
+    section="9",
+    requires=NEEDS,
+    description="Drives heartbeats from Welcome.heartbeat_interval (0.3 s here, not a hard-coded value).",
+)
+async def heartbeat_interval(ctx: CheckContext) -> str:
+    conv = await ready_conversation(ctx, sleep_ms=2500)
+    await conv.dispatch("t-hb")
+    await conv.until(has_result("t-hb"), "Result", within=15)
+    times = [t for t, _ in conv.seen.of("heartbeat")]
+    ctx.expect(len(times) >= 4, f"{len(times)} heartbeats during a 2.5 s task with a 0.3 s interval")
+    gap = statistics.median(b - a for a, b in itertools.pairwise(times))
+    ctx.expect(0.1 <= gap <= 0.8, f"median heartbeat gap {gap:.2f}s for heartbeat_interval 0.3s")
+    return f"{len(times)} heartbeats, median gap {gap:.2f}s"
+
+
+@check(
+    "sdk.9.heartbeats-every-inflight-id",
+    section="9",
+    requires=NEEDS,
+    description="Every Heartbeat lists every in-flight task id, batch members included.",
+)
+async def heartbeats_every_id(ctx: CheckContext) -> str:
+    conv = await ready_conversation(ctx, sleep_ms=2500, concurrency=3)
+    await conv.dispatch("t-a")
+    await conv.dispatch("t-b")
+    await conv.batch(["m-1", "m-2"])
+    want = {"t-a", "t-b", "m-1", "m-2"}
+    await conv.until(lambda s: all(r in s.results() for r in want), "Results for all", within=20)
+    first_result = min(t for t, m in conv.seen.frames if m.WhichOneof("frame") in ("result", "batch_result"))
+    beats = [set(m.heartbeat.active_task_ids) for t, m in conv.seen.of("heartbeat") if t < first_result]
+    ctx.expect(len(beats) >= 3, f"only {len(beats)} heartbeats before the first Result")
+    missing = [sorted(want - b) for b in beats[1:] if not want <= b]
+    ctx.expect(not missing, f"heartbeats omitted in-flight ids: {missing[:3]}")
+    return f"{len(beats)} heartbeats each listed all 4 ids"
+
+
+@check(
+    "sdk.9.tolerates-ping",
+    section="9",
+    requires=NEEDS,
+    description="Tolerates Ping without replying and keeps the session working.",
+)
+async def tolerates_ping(ctx: CheckContext) -> str:
+    from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+
+    conv = await ready_conversation(ctx)
+    for _ in range(3):
+        await conv.send(pb.ServerMessage(ping=pb.Ping()))
+    await conv.dispatch("t-after-ping")
+    await conv.until(has_result("t-after-ping"), "Result after Ping")
+    kinds = {m.WhichOneof("frame") for _, m in conv.seen.frames}
+    ctx.expect(kinds <= {"result", "heartbeat", "progress"}, f"unexpected frames after Ping: {kinds}")
+    ctx.expect(
+        not conv.seen.closed and conv.peer.sessions_opened == 1, "session closed or reopened after Ping"
+    )
+    return "3 Pings ignored; Dispatch served on the same session"
+
+
+async def _reconnect_gaps(conv: Conversation, failures: int, code: Code) -> list[float]:
+    """Reject ``failures`` streams in a row; return the gaps between attempts."""
+    loop = asyncio.get_running_loop()
+    stamps: list[float] = []
+    for _ in range(failures):
+        conv.peer.reject_next(code, "conformance: go away")
+    opened = conv.peer.sessions_opened
+    while len(stamps) < failures + 1:
+        now_opened = conv.peer.sessions_opened
+        if now_opened > opened:
+            stamps.extend([loop.time()] * (now_opened - opened))
+            opened = now_opened
+        if loop.time() - (stamps[-1] if stamps else loop.time()) > 40:
+            raise CheckFailed("the worker stopped reconnecting")
+        await asyncio.sleep(0.01)
+    return [b - a for a, b in itertools.pairwise(stamps)]
+
+
+@check(
+    "sdk.9.reconnects-with-full-jitter",
+    section="9",
+    requires=NEEDS,
+    timeout=90,
+    description="Reconnects after transient errors with delays uniform in [0, min(30s, 0.5s * 2^n)).",
+)
+async def reconnect_jitter(ctx: CheckContext) -> str:
+    conv = await open_conversation(ctx)
+    gaps = await _reconnect_gaps(conv, 4, Code.UNAVAILABLE)
+    ceilings = [0.5 * 2**n for n in range(4)]  # delay before reconnect attempt n (0-based)
+    over = [(round(g, 2), c) for g, c in zip(gaps, ceilings, strict=False) if g > c + 1.0]
+    ctx.expect(not over, f"reconnect gaps above the full-jitter ceiling: {over}")
+    ctx.expect(any(g < 0.8 * c for g, c in zip(gaps, ceilings, strict=False)), f"no jitter: gaps {gaps}")
+    return "gaps " + ", ".join(f"{g:.2f}s" for g in gaps)
+
+
+@check(
+    "sdk.9.reconnect-counter-resets-after-welcome",
+    section="9",
+    requires=NEEDS,
+    timeout=90,
+    description="The reconnect failure counter resets once a Welcome arrives.",
+)
+async def reconnect_reset(ctx: CheckContext) -> str:
+    conv = await open_conversation(ctx)
+    await _reconnect_gaps(conv, 3, Code.UNAVAILABLE)
+    loop = asyncio.get_running_loop()
+    gaps = []
+    for _ in range(2):
+        await conv.accept()
+        await conv.welcome()
+        ended = loop.time()
+        await conv.sess.end(Code.UNAVAILABLE, "conformance: flap")
+        opened = conv.peer.sessions_opened
+        while conv.peer.sessions_opened == opened:
+            await asyncio.sleep(0.01)
+            if loop.time() - ended > 20:
+                raise CheckFailed("no reconnect after a transient end")
+        gaps.append(loop.time() - ended)
+    ctx.expect(
+        all(g < 0.5 + 1.0 for g in gaps), f"gaps after Welcome {gaps}: counter not reset (ceiling 0.5 s)"
+    )
+    return "gaps after Welcome " + ", ".join(f"{g:.2f}s" for g in gaps)
+
+
+async def _fatal(ctx: CheckContext, code: Code, message: str, after_welcome: bool) -> str:
+    conv = await open_conversation(ctx)
+    if not after_welcome:
+        conv.peer.reject_next(code, message)
+    else:
+        await conv.accept()
+        await conv.welcome()
+        await conv.sess.end(code, message)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + ctx.t(4)
+    while loop.time() < end:
+        if conv.peer.sessions_opened > 1:
+            raise CheckFailed(f"reconnected after {code.connect_name}")
+        await asyncio.sleep(0.05)
+    return f"no reconnect within 4 s of {code.connect_name}"
+
+
+@check(
+    "sdk.9.stops-on-fatal-unauthenticated",
+    section="9",
+    requires=NEEDS,
+    description="Stops (never reconnects) after unauthenticated.",
+)
+async def fatal_unauth(ctx: CheckContext) -> str:
+    return await _fatal(ctx, Code.UNAUTHENTICATED, "missing or invalid bearer token", False)
+
+
+@check(
+    "sdk.9.stops-on-fatal-protocol-error",
+    section="9",
+    requires=NEEDS,
+    description="Stops (never reconnects) after an invalid_argument protocol violation.",
+)
+async def fatal_protocol(ctx: CheckContext) -> str:
+    return await _fatal(ctx, Code.INVALID_ARGUMENT, "protocol violation: first frame must be Hello", True)
