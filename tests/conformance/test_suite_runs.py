@@ -34,3 +34,27 @@ def test_worker_and_sdk_checks_pass_with_our_sdk_worker() -> None:
     ids = [c.id for c in default_registry().select(["sdk", "worker"])]
     out = asyncio.run(run_variants({"sdk": (ids, SDK_WORKER, {})}, concurrency=10))
     assert failing(out["sdk"]) == {}
+
+
+def test_foreign_server_with_token_and_long_lease() -> None:
+    """Against a server the suite did not start (token, 60 s lease): auth runs, short-lease checks are n/a."""
+    from conveyor_conformance.harness import stop_server
+    from conveyor_server_min.testing import ServerProcess
+
+    proc = ServerProcess(["--token", "cf-token"])
+    proc.start()
+    try:
+        config = SuiteConfig(
+            server=proc.url,
+            token="cf-token",
+            only=("server.2", "server.5.3", "server.5.6", "worker.5.6", "server.6.1.enqueue-tx-atomic"),
+        )
+        summary = asyncio.run(run_suite(config))
+    finally:
+        assert stop_server(proc) == 0
+    got = {r.id: r.status for r in summary.results}
+    assert failing(summary.results) == {}
+    assert all(got[i] is Status.PASS for i in got if i.startswith(("server.2.", "server.5.3.", "server.6.")))
+    lease_bound = [r for r in summary.results if r.id.startswith(("server.5.6.", "worker.5.6."))]
+    assert lease_bound and all(r.status is Status.NOT_APPLICABLE for r in lease_bound)
+    assert all("needs a 2 s lease" in r.detail for r in lease_bound)
