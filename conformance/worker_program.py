@@ -27,6 +27,7 @@ from typing import Any
 
 EXIT_REFUSED = 1
 EXIT_ACCEPTED = 2
+EXIT_BROKEN = 3
 
 __all__ = ["EXIT_ACCEPTED", "EXIT_REFUSED", "build_registry", "main"]
 
@@ -83,23 +84,30 @@ def _worker(env: Mapping[str, str], queues: dict[str, int]) -> Any:
     )
 
 
+def _bad_hello(env: Mapping[str, str], queue: str) -> int:
+    """Build a worker with a zero queue weight: 1 when the SDK refuses it, 2 when it accepts it."""
+    from conveyor_sdk.errors import ConveyorError
+
+    try:
+        _worker(env, {queue: 0})
+    except ImportError as exc:  # no SDK worker at all is not a refusal
+        print(f"cannot build a worker: {exc}", file=sys.stderr)
+        return EXIT_BROKEN
+    except (ValueError, TypeError, ConveyorError) as exc:
+        print(f"refused locally: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except Exception as exc:  # a crash is not a refusal (and must not exit 1 by accident)
+        print(f"unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_BROKEN
+    return EXIT_ACCEPTED
+
+
 def main(env: Mapping[str, str] | None = None) -> int:
     """Run the program; returns the process exit code."""
     env = os.environ if env is None else env
     queue = env.get("QUEUE", "default")
     if env.get("SCENARIO", "sleep") == "bad-hello":
-        try:
-            _worker(env, {queue: 0})
-        except ImportError as exc:  # no SDK worker at all is not a refusal
-            print(f"cannot build a worker: {exc}", file=sys.stderr)
-            return 3
-        except (ValueError, TypeError) as exc:
-            print(f"refused locally: {exc}", file=sys.stderr)
-            return EXIT_REFUSED
-        except Exception as exc:  # the SDK's own error tree counts as a local refusal too
-            print(f"refused locally: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return EXIT_REFUSED
-        return EXIT_ACCEPTED
+        return _bad_hello(env, queue)
     reg = build_registry(int(env.get("SLEEP_MS", "0")))
     worker = _worker(env, {queue: 1})
     worker.run_sync(reg)  # installs SIGTERM/SIGINT handlers: drain, close the stream, return
