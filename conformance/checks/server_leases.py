@@ -102,13 +102,17 @@ async def dispatch_deadline(ctx: CheckContext) -> str:
     timed = await ctx.enqueue(timeout=dur(0.5))
     sess, _ = await ctx.worker_session(concurrency=2)
     deadlines = {}
-    loop_now = time.time()
     for _ in range(2):
         msg = await sess.expect("dispatch", ctx.t(10))
-        deadlines[msg.dispatch.task.id] = seconds(msg.dispatch.deadline) - loop_now
+        task = msg.dispatch.task
+        # relative to the task's own server-clock timestamps when present (skew-free), else ours
+        base = seconds(task.enqueued_at) if task.HasField("enqueued_at") else time.time()
+        deadlines[task.id] = seconds(msg.dispatch.deadline) - base
+    slack = 2.0  # enqueue-to-lease latency
     ctx.expect(
-        0 < deadlines[plain.id] <= ctx.lease_ttl + 1.0, f"plain deadline in {deadlines[plain.id]:.2f}s"
+        0 < deadlines[plain.id] <= ctx.lease_ttl + slack, f"plain deadline in {deadlines[plain.id]:.2f}s"
     )
-    ctx.expect(0 < deadlines[timed.id] <= 0.5 + 1.0, f"timeout 0.5s deadline in {deadlines[timed.id]:.2f}s")
+    ctx.expect(0 < deadlines[timed.id] <= 0.5 + slack, f"timeout 0.5s deadline in {deadlines[timed.id]:.2f}s")
+    ctx.expect(deadlines[timed.id] < deadlines[plain.id], "the timeout did not tighten Dispatch.deadline")
     plain_in, timed_in = deadlines[plain.id], deadlines[timed.id]
     return f"plain +{plain_in:.2f}s (lease {ctx.lease_ttl:g}s), timeout 0.5s -> +{timed_in:.2f}s"
