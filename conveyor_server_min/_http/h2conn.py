@@ -159,7 +159,9 @@ class H2Connection:
         st.wake_reader()
         st.wake_writer()
         if st.task is not None and not st.task.done():
-            st.task.cancel()
+            st.task.cancel()  # its _stream_done forgets the stream
+        elif st.id in self.streams:
+            self._forget(st)  # reset while only unsent response bytes were left
 
     async def _run(self, st: H2Stream) -> None:
         try:

@@ -410,3 +410,25 @@ def test_unanswered_request_bytes_are_bounded_per_connection(
         await _ok_call(server.port)
 
     asyncio.run(main())
+
+
+def test_reset_of_a_finished_but_unflushed_response_frees_the_stream(server: ThreadServer) -> None:
+    """A response stuck behind a zero window is dropped when the client resets; the stream is forgotten."""
+
+    async def main() -> None:
+        client = await H2Client(auto_ack=False).connect("127.0.0.1", server.port)
+        sid = await client.open(ENQUEUE)
+        body = pb.EnqueueRequest(type="big", payload=b"b" * (200 * 1024)).SerializeToString()
+        await client.send_msg(sid, body, end=True)  # response < HIGH_WATER: the handler finishes
+        await client.wait(sid, lambda s: len(s.data) >= 65535 - 16384)
+        assert server.server is not None
+        assert server.call(server.server.statistics)["streams"] == 1
+        await client.reset(sid)
+        await asyncio.to_thread(
+            wait_until,
+            lambda: server.call(server.server.statistics)["streams"] == 0,
+            10,  # type: ignore[union-attr]
+        )
+        await client.close()
+
+    asyncio.run(main())
