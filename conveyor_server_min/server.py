@@ -18,8 +18,7 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 from conveyor_server_min.config import ServerConfig
 from conveyor_server_min.service_api import EngineConfig, ServiceSet
@@ -33,33 +32,11 @@ __all__ = ["Server", "run"]
 log = logging.getLogger("conveyor.server")
 
 
-class _NoServices:
-    """Stand-in when the engine package is unavailable: every RPC is ``unimplemented``."""
-
-    unary: Mapping[str, Any] = {}
-    server_streams: Mapping[str, Any] = {}
-
-    async def session(self, ctx: Any, recv: Any, send: Any) -> None:
-        from conveyor_sdk.errors import Unimplemented
-
-        raise Unimplemented("this server was built without the task engine")
-
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
-
-
 def load_services(engine: EngineConfig) -> ServiceSet:
     """The real services (``conveyor_server_min._services.build_services``)."""
-    try:
-        from conveyor_server_min._services import build_services
-    except ImportError:
-        log.warning("conveyor_server_min._services.build_services is missing; serving no RPCs")
-        return cast(ServiceSet, _NoServices())
-    # cast: the seam's Protocol declares mutable attributes; the engine's Services fits it structurally.
-    return cast(ServiceSet, build_services(engine))
+    from conveyor_server_min._services import build_services
+
+    return build_services(engine)
 
 
 class Server:

@@ -77,9 +77,17 @@ class SessionHandler(Protocol):
 class ServiceSet(Protocol):
     """Everything the HTTP layer serves, plus lifecycle."""
 
-    unary: Mapping[str, UnaryMethod]
-    server_streams: Mapping[str, ServerStreamMethod]
-    session: SessionHandler
+    @property
+    def unary(self) -> Mapping[str, UnaryMethod]:
+        """Unary methods by wire path."""
+
+    @property
+    def server_streams(self) -> Mapping[str, ServerStreamMethod]:
+        """Server-streaming methods by wire path."""
+
+    @property
+    def session(self) -> SessionHandler:
+        """The WorkerService.Session handler."""
 
     async def start(self) -> None:
         """Start background loops (promoter, reaper, group sweeper)."""
