@@ -39,7 +39,7 @@ from conveyor_sdk._protocol.session import (
     WorkerSession,
 )
 from conveyor_sdk._protocol.types import CancelReason
-from conveyor_sdk._transport import TransportOptions, open_session
+from conveyor_sdk._transport import TLSOptions, TransportOptions, open_session
 from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
 from conveyor_sdk._worker.local import LocalExecutor
@@ -80,7 +80,7 @@ class Worker:
         concurrency: int = 10,
         token: str | None = None,
         protocol: str = "grpc",
-        tls: Any = None,
+        tls: TLSOptions | None = None,
         grace: float = 30.0,
         executor: Executor | None = None,
         labels: Mapping[str, str] | None = None,
@@ -88,7 +88,7 @@ class Worker:
         logger: logging.Logger | None = None,
         progress_interval: float = 1.0,
         rng: Callable[[], float] | None = None,
-        transport_options: Any = None,
+        transport_options: TransportOptions | None = None,
         close_timeout: float = 10.0,
     ) -> None:
         # Validate now: a bad queue/weight/concurrency never reaches the network.
@@ -415,6 +415,7 @@ class _Driver:
         else:
             self.log.info("session ended by the server")
         await self._close_stream(stream, reader)
+        self.job_cache.clear()  # parked deliveries of that stream are gone
         await self._execute(self.machine.connection_lost(error, time.time()))
 
     async def _close_stream(self, stream: Any, reader: asyncio.Task[None] | None) -> None:
@@ -432,6 +433,8 @@ class _Driver:
         job = self.job_cache.get(delivery.job_id)
         if job is None or job.tasks[0].id != delivery.tasks[0].id:
             job = job_for_delivery(delivery, self.registry)
+            if len(self.job_cache) > 4 * self.worker.concurrency + 64:  # drop answered-unstarted ones
+                self.job_cache = {k: v for k, v in self.job_cache.items() if self.machine.job(k)}
             self.job_cache[delivery.job_id] = job
         return job
 

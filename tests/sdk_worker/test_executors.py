@@ -1,0 +1,121 @@
+"""LocalExecutor threads, cancellation and abandonment; plugging a custom Executor into Worker."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk.testing import ScriptedPeer
+from conveyor_sdk.worker import (
+    CancelReason,
+    Job,
+    JobControl,
+    LocalExecutor,
+    Outcome,
+    OutcomeKind,
+    Registry,
+    TaskContext,
+    TaskData,
+    Worker,
+)
+
+
+def _job(tid: str, type_: str) -> Job:
+    task = TaskData(
+        id=tid, queue="q", type=type_, payload=b"", content_type="", metadata={}, retried=0, max_retry=1
+    )
+    return Job(job_id=tid, queue="q", type=type_, tasks=(task,), batch=False, deadline=None)
+
+
+def test_thread_pool_gate_and_stubborn_handler_abandoned() -> None:
+    """can_start counts busy threads; a sync handler ignoring cancel is reported cancelled after the grace."""
+    reg = Registry()
+    release = threading.Event()
+    entered = threading.Event()
+
+    @reg.handler("stubborn")
+    def stubborn(task: TaskData, ctx: TaskContext) -> None:
+        entered.set()
+        release.wait(30)  # ignores ctx on purpose
+
+    async def main() -> None:
+        wakeups: list[int] = []
+        ex = LocalExecutor(reg, threads=1, cancel_grace=0.2)
+        await ex.start(lambda: wakeups.append(1))
+        control = JobControl(report_progress=lambda *a: None)
+        run = asyncio.create_task(ex.run(_job("a", "stubborn"), control))
+        await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)
+        assert not ex.can_start(_job("b", "stubborn"))
+        ex.cancel("a", CancelReason.DEADLINE)
+        out = await asyncio.wait_for(run, 10)
+        assert out[0].cancelled
+        assert not ex.can_start(_job("b", "stubborn"))  # the abandoned thread still holds the slot
+        release.set()
+        await asyncio.wait_for(ex.close(5), 10)
+        assert wakeups and ex.can_start(_job("b", "stubborn"))
+
+    asyncio.run(main())
+
+
+class RecordingExecutor:
+    """A custom executor: refuses to start until allowed, then runs everything as SUCCESS."""
+
+    def __init__(self) -> None:
+        self.allowed = False
+        self.ran: list[str] = []
+        self.wakeup: Callable[[], None] = lambda: None
+        self.closed = False
+
+    async def start(self, wakeup: Callable[[], None]) -> None:
+        self.wakeup = wakeup
+
+    def can_start(self, job: Job) -> bool:
+        return self.allowed
+
+    async def run(self, job: Job, control: JobControl) -> list[Outcome]:
+        self.ran.append(job.job_id)
+        return [Outcome(OutcomeKind.SUCCESS, result=b"custom") for _ in job.tasks]
+
+    def cancel(self, job_id: str, reason: CancelReason) -> None:
+        pass
+
+    async def close(self, grace: float) -> None:
+        self.closed = True
+
+
+def test_worker_uses_a_pluggable_executor_and_its_wakeup() -> None:
+    """Worker(executor=...) parks a job the executor refuses and starts it on the executor's wakeup."""
+    ex = RecordingExecutor()
+
+    async def main() -> None:
+        async with ScriptedPeer() as peer:
+            worker = Worker(peer.url, executor=ex, close_timeout=0.5)
+            run = asyncio.create_task(worker.run(Registry()))
+            sess = await peer.accept()
+            await sess.recv()
+            welcome = pb.ServerMessage()
+            welcome.welcome.heartbeat_interval.FromMilliseconds(100)
+            welcome.welcome.lease_ttl.FromMilliseconds(300)
+            await sess.send(welcome)
+            msg = pb.ServerMessage()
+            msg.dispatch.task.CopyFrom(tpb.TaskEnvelope(id="X", queue="default", type="anything"))
+            await sess.send(msg)
+            hb = await sess.recv()
+            assert hb is not None and list(hb.heartbeat.active_task_ids) == ["X"]
+            assert ex.ran == [] and worker.statistics()["parked"] == 1
+            ex.allowed = True
+            ex.wakeup()
+            while True:
+                got = await sess.recv()
+                assert got is not None
+                if got.WhichOneof("frame") == "result":
+                    break
+            assert (got.result.task_id, got.result.result) == ("X", b"custom")
+            worker.stop()
+            await asyncio.wait_for(run, 10)
+        assert ex.ran == ["X"] and ex.closed
+
+    asyncio.run(main())
