@@ -100,6 +100,8 @@ class Fleet:
         self.on_failure: Callable[[RuntimeFailure], None] = lambda exc: None
         self.restarts = 0
         self._starting = False
+        self._reload_lock: asyncio.Lock | None = None
+        self._reload_again = False
 
     def children(self) -> list[ChildProc]:
         return [c for pool in self.pools.values() for c in pool.children]
@@ -143,7 +145,23 @@ class Fleet:
                 child.popen.wait(5)
 
     async def reload(self) -> bool:
-        """Start a fresh generation; retire the old one once all new children are ready."""
+        """Start a fresh generation; retire the old one once all new children are ready.
+
+        Reloads run one at a time; requests arriving meanwhile collapse into one more reload.
+        """
+        if self._reload_lock is None:
+            self._reload_lock = asyncio.Lock()
+        if self._reload_lock.locked():
+            self._reload_again = True
+            return True
+        async with self._reload_lock:
+            ok = await self._reload_once()
+            while self._reload_again and not self._closing:
+                self._reload_again = False
+                ok = await self._reload_once()
+        return ok
+
+    async def _reload_once(self) -> bool:
         if self._closing:
             return False
         self._generation += 1

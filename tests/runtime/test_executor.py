@@ -324,3 +324,18 @@ def test_explicit_pools_isolate_queues(write_app: Callable[[str, str], Path]) ->
             await ex.close(0)
 
     _run(main)
+
+
+def test_concurrent_reloads_collapse_into_one_more(write_app: Callable[[str, str], Path]) -> None:
+    """Two reloads at once: both succeed, one fresh generation per pool slot ends up serving."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        async with started(folder, processes=2) as ex:
+            assert all(await asyncio.gather(ex.reload(), ex.reload()))
+            await eventually(lambda: _true(len(ex.children()) == 2), 15)
+            assert all(c.state is ChildState.READY for c in ex.children())
+            [out] = await ex.run(_job(1, "pid"), _ctl())
+            assert out.kind is OutcomeKind.SUCCESS
+
+    _run(main)
