@@ -66,7 +66,10 @@ def digest(payload: Digest, ctx: TaskContext) -> str:
 
 @app.batch_task("hello:events", queue="default")
 async def events(payloads: list[Event], ctx: TaskContext) -> None:
-    """Batch handler: members of one aggregation group arrive together (or alone, as a batch of one)."""
+    """Batch handler: members of one aggregation group arrive together (or alone, as a batch of one).
+
+    The server fires a group when it is full, or its grace period (10 s by default) after the last member.
+    """
     total = sum(p.value for p in payloads)
     ctx.report_progress(100, f"{len(payloads)} events, total {total}")
 

@@ -46,6 +46,12 @@ def exit_(task, ctx):
 def stubborn(task, ctx):
     time.sleep(60)
 
+@app.batch_handler("sum")
+def total(tasks, ctx):
+    for t in tasks:
+        ctx.report_progress(100, "member", task_id=t.id)
+    return [t.payload if t.payload != b"bad" else ValueError("bad member") for t in tasks]
+
 @app.handler("block-loop")
 async def block_loop(task, ctx):
     time.sleep(60)
@@ -337,5 +343,27 @@ def test_concurrent_reloads_collapse_into_one_more(write_app: Callable[[str, str
             assert all(c.state is ChildState.READY for c in ex.children())
             [out] = await ex.run(_job(1, "pid"), _ctl())
             assert out.kind is OutcomeKind.SUCCESS
+
+    _run(main)
+
+
+def test_batch_jobs_map_one_outcome_per_member(write_app: Callable[[str, str], Path]) -> None:
+    """A batch crosses the pipe whole: one outcome per member, in order; member progress is forwarded."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        tasks = tuple(
+            TaskData(id=f"m{i}", queue="default", type="sum", payload=p, content_type="", metadata={},
+                     retried=0, max_retry=3, group="g")
+            for i, p in enumerate([b"a", b"bad", b"c"])
+        )  # fmt: skip
+        job = Job(job_id="batch:m0", queue="default", type="sum", tasks=tasks, batch=True, deadline=None)
+        progress: list[tuple[str, int, str]] = []
+        async with started(folder) as ex:
+            outs = await ex.run(job, _ctl(progress))
+        assert [o.kind for o in outs] == [OutcomeKind.SUCCESS, OutcomeKind.RETRY, OutcomeKind.SUCCESS]
+        assert (outs[0].result, outs[2].result) == (b"a", b"c")
+        assert "bad member" in outs[1].error_msg
+        assert [p[0] for p in progress] == ["m0", "m1", "m2"]
 
     _run(main)
