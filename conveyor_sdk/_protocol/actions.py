@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,6 +24,7 @@ __all__ = [
     "SessionStatistics",
     "Start",
     "Stop",
+    "result_message",
     "wire_outcome",
 ]
 
@@ -119,6 +121,26 @@ def wire_outcome(outcome: OutcomeLike, reason: CancelReason | None) -> tuple[Out
     if kind is OutcomeKind.UNSPECIFIED:
         return OutcomeKind.RELEASED, outcome.error_msg, b""
     return kind, outcome.error_msg, outcome.result if kind is OutcomeKind.SUCCESS else b""
+
+
+def result_message(
+    delivery: Delivery, outcomes: Sequence[OutcomeLike], reason: CancelReason | None
+) -> tuple[pb.WorkerMessage, list[OutcomeKind]]:
+    """The one answer to a delivery: a Result (Dispatch) or a BatchResult (BatchDispatch)."""
+    msg = pb.WorkerMessage()
+    results = []
+    kinds = []
+    for task, outcome in zip(delivery.tasks, outcomes, strict=True):
+        kind, error_msg, result = wire_outcome(outcome, reason)
+        res = pb.Result(task_id=task.id, error_msg=error_msg, result=result)
+        res.outcome = int(kind)  # type: ignore[assignment]  # enum fields accept their numbers
+        results.append(res)
+        kinds.append(kind)
+    if delivery.batch:
+        msg.batch_result.results.extend(results)
+    else:
+        msg.result.CopyFrom(results[0])
+    return msg, kinds
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,11 +51,13 @@ from conveyor_sdk._protocol.actions import (
     SessionStatistics,
     Start,
     Stop,
+    result_message,
     wire_outcome,
 )
 from conveyor_sdk._protocol.backoff import Backoff, is_fatal
 from conveyor_sdk._protocol.hello import SessionConfig
 from conveyor_sdk._protocol.inflight import Delivery, JobRecord, JobState, ParkingLot, delivery_from_envelopes
+from conveyor_sdk._protocol.progress import ProgressCoalescer
 from conveyor_sdk._protocol.types import CancelReason, OutcomeKind
 from conveyor_sdk.errors import ConveyorError, ProtocolError, Unavailable
 
@@ -127,8 +129,7 @@ class WorkerSession:
         self._next_heartbeat: float | None = None
         self._last_heartbeat = 0.0
         self._grace_deadline: float | None = None
-        self._progress_sent: dict[str, float] = {}
-        self._progress_pending: dict[str, tuple[int, str]] = {}
+        self._progress = ProgressCoalescer(progress_interval)
         self._counts: Counter[str] = Counter()
 
     # -- queries ------------------------------------------------------------------------
@@ -163,7 +164,7 @@ class WorkerSession:
             batches=c["batches"],
             results={k.name: c[k.name] for k in OutcomeKind if c[k.name]},
             heartbeats=c["heartbeats"],
-            progress_sent=c["progress"],
+            progress_sent=self._progress.sent,
             dropped_on_disconnect=c["dropped"],
             reconnect_failures=self.backoff.failures,
         )
@@ -187,7 +188,9 @@ class WorkerSession:
                 cands.append(rec.bound(self._lease_expiry(rec)))
             elif rec.state is JobState.PARKED and rec.delivery.task_deadline is not None:
                 cands.append(rec.delivery.task_deadline)
-        cands.extend(self._progress_sent[t] + self.progress_interval for t in self._progress_pending)
+        progress_due = self._progress.next_deadline()
+        if progress_due is not None:
+            cands.append(progress_due)
         if self.draining and self._grace_deadline is not None and self._running:
             cands.append(self._grace_deadline)
         return min(cands) if cands else None
@@ -211,8 +214,7 @@ class WorkerSession:
             actions.extend(self._orphan(rec))
         self._lot.clear()
         self._task_index.clear()
-        self._progress_pending.clear()
-        self._progress_sent.clear()
+        self._progress.clear()
         self._next_heartbeat = self._phase_deadline = None
         if self.phase is Phase.STOPPED:
             return actions
@@ -349,12 +351,8 @@ class WorkerSession:
         """Record progress; sends at most one Progress per task per interval (last value wins)."""
         if self.phase is not Phase.OPEN or task_id not in self._task_index:
             return []
-        last = self._progress_sent.get(task_id)
-        if last is not None and now - last < self.progress_interval:
-            self._progress_pending[task_id] = (percent, message)
-            return []
-        self._progress_pending.pop(task_id, None)
-        return [self._progress_frame(task_id, percent, message, now)]
+        frame = self._progress.record(task_id, percent, message, now)
+        return [] if frame is None else [Send(frame)]
 
     def drain(self, now: float, grace: float) -> list[Action]:
         """Start (or tighten) a drain; ``grace`` 0 releases everything at once."""
@@ -388,7 +386,7 @@ class WorkerSession:
             return []
         actions = self._heartbeat_if_due(now)
         actions += self._enforce_deadlines(now)
-        actions += self._flush_progress(now)
+        actions += [Send(m) for m in self._progress.due(now)]
         if self.draining and self._grace_deadline is not None and now >= self._grace_deadline:
             actions += self._release_all()
         return actions + self._fill(now, can_start) + self._maybe_close(now)
@@ -468,35 +466,12 @@ class WorkerSession:
         return [self._result_frame(rec, [plain] * len(rec.delivery.tasks))]
 
     def _result_frame(self, rec: JobRecord, outcomes: Sequence[OutcomeLike]) -> Send:
-        msg = pb.WorkerMessage()
-        results = []
-        for task, outcome in zip(rec.delivery.tasks, outcomes, strict=True):
-            kind, error_msg, result = wire_outcome(outcome, rec.cancel_reason)
-            res = pb.Result(task_id=task.id, error_msg=error_msg, result=result)
-            res.outcome = int(kind)  # type: ignore[assignment]  # enum fields accept their numbers
-            results.append(res)
+        msg, kinds = result_message(rec.delivery, outcomes, rec.cancel_reason)
+        for task, kind in zip(rec.delivery.tasks, kinds, strict=True):
             self._counts[kind.name] += 1
             self._task_index.pop(task.id, None)
-            self._progress_pending.pop(task.id, None)
-            self._progress_sent.pop(task.id, None)
-        if rec.delivery.batch:
-            msg.batch_result.results.extend(results)
-        else:
-            msg.result.CopyFrom(results[0])
+            self._progress.forget(task.id)
         return Send(msg)
-
-    def _progress_frame(self, task_id: str, percent: int, message: str, now: float) -> Send:
-        self._progress_sent[task_id] = now
-        self._counts["progress"] += 1
-        msg = pb.WorkerMessage()
-        msg.progress.task_id = task_id
-        msg.progress.percent = max(0, min(100, percent))
-        msg.progress.message = message
-        return Send(msg)
-
-    def _flush_progress(self, now: float) -> list[Action]:
-        due = [t for t in self._progress_pending if now - self._progress_sent[t] >= self.progress_interval]
-        return [self._progress_frame(t, *self._progress_pending.pop(t), now) for t in due]
 
 
 _Handler = Callable[[WorkerSession, pb.ServerMessage, float, CanStart], list[Action]]

@@ -40,6 +40,7 @@ class LocalExecutor:
         self._signals: dict[str, CancelSignal] = {}
         self._busy_threads = 0
         self._abandoned = 0
+        self._abandoned_futs: set[asyncio.Future[list[Outcome]]] = set()
         self._wakeup: Callable[[], None] = lambda: None
         self._idle: asyncio.Event | None = None
 
@@ -118,11 +119,13 @@ class LocalExecutor:
                 self.cancel_grace,
             )
             self._abandoned += 1
-            fut.add_done_callback(lambda _: self._forget_abandoned())
+            self._abandoned_futs.add(fut)
+            fut.add_done_callback(self._forget_abandoned)
             return [cancelled_outcome() for _ in job.tasks]
 
-    def _forget_abandoned(self) -> None:
+    def _forget_abandoned(self, fut: asyncio.Future[list[Outcome]]) -> None:
         self._abandoned -= 1
+        self._abandoned_futs.discard(fut)
         self._wakeup()
 
     def cancel(self, job_id: str, reason: CancelReason) -> None:
@@ -146,6 +149,8 @@ class LocalExecutor:
                 await asyncio.wait_for(self._idle.wait(), self.cancel_grace)
             except TimeoutError:
                 log.warning("%d job(s) still running after close; abandoning them", len(self._signals))
+        if self._abandoned_futs:  # threads of handlers that ignored cancellation
+            await asyncio.wait(set(self._abandoned_futs), timeout=max(grace, self.cancel_grace))
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=not self._abandoned, cancel_futures=True)

@@ -1,0 +1,319 @@
+"""The event loop between the session machine, the stream and the executor (one ``Worker.run``).
+
+One driver coroutine owns the :class:`WorkerSession`. Everything else (the stream
+reader, finished jobs, progress from handler threads, the executor's wakeup, stop
+requests) posts events to it; it feeds each event to the machine and performs the
+returned actions (send, start, cancel, half-close, reconnect, stop). Timers come from
+the machine's ``next_deadline()``. Every task the driver starts is awaited before
+``run`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._protocol.inflight import Delivery
+from conveyor_sdk._protocol.session import (
+    Abort,
+    Action,
+    Cancel,
+    CloseSend,
+    Notice,
+    Reconnect,
+    Send,
+    Start,
+    Stop,
+    WorkerSession,
+)
+from conveyor_sdk._protocol.types import CancelReason
+from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
+from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
+from conveyor_sdk._worker.registry import Registry
+from conveyor_sdk.errors import ConveyorError, Internal
+
+if TYPE_CHECKING:
+    from conveyor_sdk._worker.runner import Worker
+
+__all__ = ["Driver"]
+
+Event = tuple[Any, ...]
+
+
+class Driver:
+    """Runs one ``Worker.run``: the event loop between the machine, the stream and the executor."""
+
+    def __init__(
+        self, worker: Worker, machine: WorkerSession, executor: Executor, registry: Registry
+    ) -> None:
+        self.worker = worker
+        self.machine = machine
+        self.executor = executor
+        self.registry = registry
+        self.log = worker._log
+        self.events: deque[Event] = deque()
+        self.wake = asyncio.Event()
+        self.stream: Any = None
+        self.stream_epoch = 0
+        self.reader: asyncio.Task[None] | None = None
+        self.opener: asyncio.Task[None] | None = None
+        self.reconnect_at: float | None = 0.0  # connect at once
+        self.jobs: dict[str, asyncio.Task[None]] = {}
+        self.job_cache: dict[str, Job] = {}
+        self.stopped: Stop | None = None
+        self.counters: dict[str, int] = {"jobs_started": 0, "handler_failures": 0, "reconnects": 0}
+        self._control = JobControl(report_progress=self._progress_from_any_thread)
+        self._thread_id = threading.get_ident()
+
+    def post(self, event: Event) -> None:
+        self.events.append(event)
+        self.wake.set()
+
+    # -- main loop -------------------------------------------------------------------------------
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def wakeup() -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self.post, ("wakeup",))
+
+        await self.executor.start(wakeup)
+        try:
+            await self._loop()
+        finally:
+            await self._shutdown()
+        if self.stopped is not None and self.stopped.error is not None:
+            raise self.stopped.error
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.stopped is None:
+            now = time.time()
+            if self.reconnect_at is not None and now >= self.reconnect_at and self.opener is None:
+                self.reconnect_at = None
+                self.opener = asyncio.create_task(self._open())
+            await self._execute(self.machine.tick(now, self._can_start))
+            while self.events and self.stopped is None:
+                await self._handle(self.events.popleft())
+            if self.stopped is not None or self.events:
+                continue
+            deadline = self._next_wake()
+            timer = (
+                None if deadline is None else loop.call_later(max(0.0, deadline - time.time()), self.wake.set)
+            )
+            await self.wake.wait()
+            self.wake.clear()
+            if timer is not None:
+                timer.cancel()
+
+    def _next_wake(self) -> float | None:
+        cands = [d for d in (self.machine.next_deadline(), self.reconnect_at) if d is not None]
+        return min(cands) if cands else None
+
+    async def _handle(self, event: Event) -> None:
+        kind = event[0]
+        now = time.time()
+        if kind == "frame":
+            if event[1] == self.stream_epoch:
+                await self._execute(self.machine.receive(event[2], now, self._can_start))
+        elif kind == "done":
+            self._log_failures(event[1], event[2])
+            self.jobs.pop(event[1], None)
+            await self._execute(self.machine.job_finished(event[1], event[2], now, self._can_start))
+        elif kind == "progress":
+            await self._execute(self.machine.progress(event[1], event[2], event[3], now))
+        elif kind == "wakeup":
+            await self._execute(self.machine.capacity_changed(now, self._can_start))
+        elif kind == "eof":
+            if event[1] == self.stream_epoch:
+                await self._stream_ended(event[2])
+        elif kind == "opened":
+            await self._opened(event[1])
+        elif kind == "stop":
+            # An explicit grace wins; otherwise the first stop drains, a second releases at once.
+            grace = (
+                event[1] if event[1] is not None else (0.0 if self.machine.draining else self.worker.grace)
+            )
+            self.log.info("draining (grace %.1fs)", grace)
+            await self._execute(self.machine.drain(now, grace))
+
+    async def _execute(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                await self._send(action.message)
+            elif isinstance(action, Start):
+                self._start(action.delivery, action.deadline)
+            elif isinstance(action, Cancel):
+                self.executor.cancel(action.job_id, action.reason)
+            elif isinstance(action, CloseSend):
+                await self._close_send()
+            elif isinstance(action, Abort):
+                self.log.warning("aborting session: %s", action.error)
+                await self._stream_ended(action.error)
+            elif isinstance(action, Reconnect):
+                self.counters["reconnects"] += 1
+                self.log.warning("reconnecting in %.2fs", action.delay)
+                self.reconnect_at = time.time() + action.delay
+            elif isinstance(action, Stop):
+                self._stop(action)
+            elif isinstance(action, Notice):
+                self.log.warning("%s", action.message)
+
+    def _stop(self, action: Stop) -> None:
+        self.stopped = action
+        self.reconnect_at = None
+        if action.error is not None:
+            self.log.error("fatal session error, not reconnecting: %s", action.error)
+
+    # -- stream ------------------------------------------------------------------------------------
+    async def _open(self) -> None:
+        open_session, opts = self.worker._transport()
+        try:
+            self.log.info("connecting to %s", self.worker.server)
+            stream = await open_session(self.worker.server, opts)
+        except ConveyorError as exc:
+            self.post(("opened", exc))
+        except Exception as exc:  # isolation point: foreign errors become ConveyorError
+            self.post(("opened", Internal(f"cannot open session: {exc!r}")))
+        else:
+            self.post(("opened", stream))
+
+    async def _opened(self, result: Any) -> None:
+        self.opener = None
+        now = time.time()
+        if isinstance(result, ConveyorError):
+            self.log.warning("cannot connect to %s: %s", self.worker.server, result)
+            await self._execute(self.machine.connection_lost(result, now))
+            return
+        if self.stopped is not None:
+            await result.aclose()
+            return
+        self.stream = result
+        actions = self.machine.connect(now)
+        self.stream_epoch = self.machine.epoch
+        self.reader = asyncio.create_task(self._read(result, self.stream_epoch))
+        await self._execute(actions)
+
+    async def _read(self, stream: Any, epoch: int) -> None:
+        try:
+            while True:
+                msg = await stream.recv()
+                if msg is None:
+                    self.post(("eof", epoch, None))
+                    return
+                if msg.WhichOneof("frame") == "welcome":
+                    w = msg.welcome
+                    self.log.info("session %s established (server %s)", w.session_id, w.server_version)
+                self.post(("frame", epoch, msg))
+        except ConveyorError as exc:
+            self.post(("eof", epoch, exc))
+        except Exception as exc:  # isolation point: foreign errors become ConveyorError
+            self.post(("eof", epoch, Internal(f"session stream failed: {exc!r}")))
+
+    async def _send(self, msg: pb.WorkerMessage) -> None:
+        stream, epoch = self.stream, self.stream_epoch
+        if stream is None:
+            return
+        try:
+            await stream.send(msg)
+        except ConveyorError as exc:
+            self.post(("eof", epoch, exc))
+        except Exception as exc:  # isolation point
+            self.post(("eof", epoch, Internal(f"send failed: {exc!r}")))
+
+    async def _close_send(self) -> None:
+        stream, epoch = self.stream, self.stream_epoch
+        if stream is None:
+            return
+        try:
+            await stream.close_send()
+        except ConveyorError as exc:
+            self.post(("eof", epoch, exc))
+
+    async def _stream_ended(self, error: ConveyorError | None) -> None:
+        stream, reader = self.stream, self.reader
+        self.stream, self.reader = None, None
+        self.stream_epoch = -1
+        if error is not None:
+            self.log.warning("session ended: %s", error)
+        else:
+            self.log.info("session ended by the server")
+        await self._close_stream(stream, reader)
+        self.job_cache.clear()  # parked deliveries of that stream are gone
+        await self._execute(self.machine.connection_lost(error, time.time()))
+
+    async def _close_stream(self, stream: Any, reader: asyncio.Task[None] | None) -> None:
+        if stream is not None:
+            try:
+                await stream.aclose()
+            except Exception as exc:  # isolation point: closing must not fail the worker
+                self.log.debug("error closing stream: %r", exc)
+        if reader is not None:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    # -- jobs ----------------------------------------------------------------------------------------
+    def _job(self, delivery: Delivery) -> Job:
+        job = self.job_cache.get(delivery.job_id)
+        if job is None or job.tasks[0].id != delivery.tasks[0].id:
+            job = job_for_delivery(delivery, self.registry)
+            if len(self.job_cache) > 4 * self.worker.concurrency + 64:  # drop answered-unstarted ones
+                self.job_cache = {k: v for k, v in self.job_cache.items() if self.machine.job(k)}
+            self.job_cache[delivery.job_id] = job
+        return job
+
+    def _can_start(self, delivery: Delivery) -> bool:
+        return self.executor.can_start(self._job(delivery))
+
+    def _start(self, delivery: Delivery, deadline: float | None) -> None:
+        job = with_deadline(self._job(delivery), deadline)
+        self.job_cache.pop(delivery.job_id, None)
+        self.counters["jobs_started"] += 1
+        self.jobs[job.job_id] = asyncio.create_task(self._run_job(job), name=f"conveyor-job-{job.job_id}")
+
+    async def _run_job(self, job: Job) -> None:
+        try:
+            outcomes = await self.executor.run(job, self._control)
+        except asyncio.CancelledError:
+            outcomes = [Outcome(OutcomeKind.RELEASED, "worker stopped")] * len(job.tasks)
+            self.post(("done", job.job_id, outcomes))
+            raise
+        except Exception as exc:  # isolation point: an executor failure is the task's outcome
+            self.log.exception("executor failed on %s", job.job_id)
+            outcomes = [Outcome(OutcomeKind.RETRY, f"executor failed: {exc!r}")] * len(job.tasks)
+        self.post(("done", job.job_id, outcomes))
+
+    def _log_failures(self, job_id: str, outcomes: list[Outcome]) -> None:
+        for outcome in outcomes:
+            if outcome.kind in (OutcomeKind.RETRY, OutcomeKind.SKIP_RETRY) and not outcome.cancelled:
+                self.counters["handler_failures"] += 1
+                self.log.warning("task %s failed (%s): %s", job_id, outcome.kind.name, outcome.error_msg)
+
+    def _progress_from_any_thread(self, task_id: str, percent: int, message: str) -> None:
+        event = ("progress", task_id, percent, message)
+        if threading.get_ident() == self._thread_id:
+            self.post(event)
+            return
+        loop = self.worker._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.post, event)
+
+    # -- teardown ----------------------------------------------------------------------------------
+    async def _shutdown(self) -> None:
+        if self.opener is not None:
+            self.opener.cancel()
+            await asyncio.gather(self.opener, return_exceptions=True)
+        await self._close_stream(self.stream, self.reader)
+        self.stream = self.reader = None
+        for job_id in list(self.jobs):
+            self.executor.cancel(job_id, CancelReason.DRAIN)
+        if self.jobs:
+            await asyncio.wait(list(self.jobs.values()), timeout=self.worker.grace + 10)
+        for task in self.jobs.values():
+            task.cancel()
+        await asyncio.gather(*self.jobs.values(), return_exceptions=True)
+        await self.executor.close(0.0)
