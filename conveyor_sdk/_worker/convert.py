@@ -16,8 +16,11 @@ def _seconds(msg: object) -> float:
     return float(msg.ToNanoseconds()) / 1e9  # type: ignore[attr-defined]
 
 
-def task_data(env: tpb.TaskEnvelope) -> TaskData:
-    """Copy one envelope into a TaskData (payload bytes, metadata dict, time bounds in seconds)."""
+def task_data(env: tpb.TaskEnvelope, group: str = "") -> TaskData:
+    """Copy one envelope into a TaskData (payload bytes, metadata dict, time bounds in seconds).
+
+    ``group`` (from BatchDispatch.group) fills in when the envelope's options carry none.
+    """
     opts = env.options
     return TaskData(
         id=env.id,
@@ -31,7 +34,7 @@ def task_data(env: tpb.TaskEnvelope) -> TaskData:
         enqueued_at=_seconds(env.enqueued_at) if env.HasField("enqueued_at") else None,
         timeout=_seconds(opts.timeout) if opts.HasField("timeout") else None,
         task_deadline=_seconds(opts.deadline) if opts.HasField("deadline") else None,
-        group=opts.group,
+        group=opts.group or group,
     )
 
 
@@ -43,7 +46,7 @@ def job_for_delivery(delivery: Delivery, registry: Registry | None, deadline: fl
         job_id=delivery.job_id,
         queue=delivery.queue,
         type=delivery.type,
-        tasks=tuple(task_data(t) for t in delivery.tasks),
+        tasks=tuple(task_data(t, delivery.group) for t in delivery.tasks),
         batch=batch,
         deadline=deadline,
     )

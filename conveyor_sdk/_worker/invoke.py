@@ -19,6 +19,7 @@ SKIP_RETRY. Cancellation: when the job's signal fired and the handler then raise
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -139,6 +140,8 @@ def invoke(
     try:
         _run_before(registry.middlewares, ctx, entered)
         result = prep.spec.fn(prep.arg, ctx)
+        if inspect.iscoroutine(result):  # a "sync" callable that returned a coroutine: run it here
+            result = asyncio.run(result)
     except BaseException as exc:  # every failure, even SystemExit, must still produce a Result
         error = exc
     error = _run_after(entered, ctx, result, error)

@@ -94,6 +94,7 @@ class Worker:
         self._machine: WorkerSession | None = None
         self._driver: Driver | None = None
         self._pending_stops = 0
+        self._last_counters: dict[str, int] = {}
         self._lock = threading.Lock()
 
     @property
@@ -110,8 +111,7 @@ class Worker:
         stats: dict[str, Any] = {"server": self.server, "active": self._driver is not None}
         if machine is not None:
             stats.update(dataclasses.asdict(machine.statistics()))
-        if driver is not None:
-            stats.update(driver.counters)
+        stats.update(driver.counters if driver is not None else self._last_counters)
         return stats
 
     # -- control ------------------------------------------------------------------------------
@@ -158,6 +158,7 @@ class Worker:
         finally:
             with self._lock:
                 self._loop = self._driver = None
+                self._last_counters = dict(driver.counters)
 
     def run_sync(self, registry: Registry) -> None:
         """Blocking run. SIGTERM/SIGINT: first = drain, second = release at once."""

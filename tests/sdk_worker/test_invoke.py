@@ -244,3 +244,15 @@ def test_handler_completing_despite_cancel_reports_real_outcome() -> None:
     out = invoke(reg, _job(_task()), signal=sig)
     assert out == [Outcome(OutcomeKind.SUCCESS, result=b"done")]
     assert resolve_cancelled(out[0], CancelReason.DEADLINE) == out[0]
+
+
+def test_sync_callable_returning_a_coroutine_is_awaited() -> None:
+    """A plain callable that returns a coroutine (e.g. a wrapper) still has its coroutine run."""
+    reg = Registry()
+
+    async def inner(task: TaskData) -> bytes:
+        await asyncio.sleep(0)
+        return b"inner"
+
+    reg.register(HandlerSpec(type="t", fn=lambda task, ctx: inner(task)))
+    assert invoke(reg, _job(_task())) == [Outcome(OutcomeKind.SUCCESS, result=b"inner")]

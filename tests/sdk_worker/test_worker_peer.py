@@ -237,3 +237,33 @@ def test_stream_loss_drops_in_flight_work_and_reconnects() -> None:
         assert worker.statistics()["dropped_on_disconnect"] == 1
 
     _with_worker(script, reg, rng=lambda: 0.01)
+
+
+def test_batch_dispatch_one_batch_result_and_single_delivery_as_batch_of_one() -> None:
+    """BatchDispatch -> one call and ONE BatchResult; a batch-typed single Dispatch -> batch of one."""
+    reg = Registry()
+    calls: list[tuple[tuple[str, ...], bool, str]] = []
+
+    @reg.batch_handler("b")
+    async def b(tasks: list[TaskData], ctx: TaskContext) -> list[bytes]:
+        calls.append((ctx.ids, ctx.is_batch, ctx.group))
+        return [t.id.encode() for t in tasks]
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess, hello = await _open(peer)
+        assert list(hello.hello.batch_types) == ["b"]
+        await sess.send(_welcome())
+        batch = pb.ServerMessage()
+        batch.batch_dispatch.group = "g"
+        batch.batch_dispatch.tasks.extend(tpb.TaskEnvelope(id=i, queue="default", type="b") for i in "XYZ")
+        await sess.send(batch)
+        br = await _next(sess, "batch_result")
+        assert [(r.task_id, r.outcome, r.result) for r in br.batch_result.results] == [
+            ("X", 1, b"X"), ("Y", 1, b"Y"), ("Z", 1, b"Z"),
+        ]  # fmt: skip
+        await sess.send(_dispatch("SOLO", type_="b"))
+        res = await _next(sess, "result")
+        assert (res.result.task_id, res.result.result) == ("SOLO", b"SOLO")
+        assert calls == [(("X", "Y", "Z"), True, "g"), (("SOLO",), True, "")]
+
+    _with_worker(script, reg, concurrency=1)
