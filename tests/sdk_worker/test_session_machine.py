@@ -423,6 +423,8 @@ _OPS = st.lists(
         st.tuples(st.just("cancel"), st.integers(0, 9)),
         st.tuples(st.just("tick"), st.integers(0, 3)),
         st.tuples(st.just("drain"), st.integers(0, 3)),
+        st.tuples(st.just("lose"), st.integers(0, 1)),
+        st.tuples(st.just("progress"), st.integers(0, 9)),
     ),
     max_size=40,
 )
@@ -438,9 +440,18 @@ class _Walk:
         self.answered: Counter[str] = Counter()
         self.delivered: Counter[str] = Counter()
 
-    def deliver(self, *ids: str) -> None:
-        if not set(ids) & set(self.s.in_flight_ids()) and self.s.phase is Phase.OPEN:
+    def deliver(self, *ids: str, job_id: str) -> None:
+        fresh = not set(ids) & set(self.s.in_flight_ids()) and self.s.job(job_id) is None
+        if fresh and self.s.phase is Phase.OPEN:
             self.delivered.update(ids)
+
+    def lose(self, clean: bool) -> None:
+        """The stream dies: its deliveries are dropped (never answered); reconnect if told to."""
+        self.delivered.subtract(self.s.in_flight_ids())
+        actions = self.s.connection_lost(None if clean else Unavailable("x"), self.now)
+        if actions and isinstance(actions[-1], Reconnect):
+            self.s.connect(self.now)
+            self.s.receive(_welcome(), self.now)
 
     def apply(self, actions: Sequence[Action]) -> None:
         self.running.extend(_starts(actions))
@@ -453,10 +464,10 @@ class _Walk:
     def step(self, op: str, n: int) -> None:
         s = self.s
         if op == "dispatch":
-            self.deliver(f"t{n}")
+            self.deliver(f"t{n}", job_id=f"t{n}")
             self.apply(s.receive(_dispatch(f"t{n}"), self.now))
         elif op == "batch":
-            self.deliver(f"b{n}", f"c{n}")
+            self.deliver(f"b{n}", f"c{n}", job_id=f"batch:b{n}")
             self.apply(s.receive(_batch(f"b{n}", f"c{n}"), self.now))
         elif op == "finish" and self.running:
             self.apply(s.job_finished(self.running.pop(n % len(self.running)), [OK, OK], self.now))
@@ -467,6 +478,11 @@ class _Walk:
             self.apply(s.tick(self.now))
         elif op == "drain":
             self.apply(s.drain(self.now, grace=n))
+        elif op == "lose":
+            self.lose(clean=bool(n))
+        elif op == "progress":
+            sent = s.progress(f"t{n}", n * 10, "", self.now)
+            assert len(sent) <= 1 and (not sent or f"t{n}" in s.in_flight_ids())
 
 
 @settings(max_examples=150, deadline=None)
