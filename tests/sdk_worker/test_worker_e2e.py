@@ -287,3 +287,11 @@ def test_unauthenticated_is_fatal(server_factory: Callable[..., ServerProcess]) 
             await wait_state(client, info.id, TaskState.COMPLETED)
 
     asyncio.run(main())
+
+
+def test_min_server_version_too_new_is_fatal(server_url: str) -> None:
+    """Demanding a newer server than the running one fails with invalid_argument, no retry loop."""
+    worker = Worker(server_url, min_server_version="v99.0.0")
+    with pytest.raises(InvalidArgument):
+        asyncio.run(asyncio.wait_for(worker.run(Registry()), 30))
+    assert worker.statistics()["connections"] == 1
