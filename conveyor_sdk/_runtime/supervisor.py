@@ -94,6 +94,24 @@ class Supervisor:
         self._stopped: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[Any]] = []
 
+    def __repr__(self) -> str:
+        mode = f"{self.config.processes} processes" if self.executor is not None else "in-process"
+        return f"<Supervisor {self.config.app} -> {self.server_url or '?'} {mode} exit_code={self.exit_code}>"
+
+    def statistics(self) -> dict[str, Any]:
+        """Snapshot: executor children, task counters, worker session counters."""
+        stats: dict[str, Any] = {
+            "server": self.server_url,
+            "tasks_per_second": self.metrics.rate(),
+            "failures": self.metrics.failures,
+            "restarts": dict(self.metrics.restarts),
+        }
+        if self.executor is not None:
+            stats["executor"] = self.executor.statistics()
+        if self.worker is not None:
+            stats["worker"] = self.worker.statistics()
+        return stats
+
     # -- synchronous preparation (before the loop, threads or sockets) ----------------
     def prepare(self) -> None:
         """Spawn children, then the embedded server. Raises EmbeddedServerError."""

@@ -132,3 +132,5 @@ def test_live_view_renders_without_children() -> None:
     console.print(render(sup))
     text = console.export_text()
     assert "tasks/s" in text and "in flight per queue" in text and "(in-process)" in text
+    assert "in-process" in repr(sup)
+    assert sup.statistics()["failures"] == 0
