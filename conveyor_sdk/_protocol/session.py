@@ -183,15 +183,17 @@ class WorkerSession:
         if self.phase is not Phase.OPEN:
             return None
         cands = [self._next_heartbeat] if self._next_heartbeat is not None else []
+        uncancelled = False
         for rec in self._live_records():
             if rec.state is JobState.RUNNING and rec.cancel_reason is None:
+                uncancelled = True
                 cands.append(rec.bound(self._lease_expiry(rec)))
             elif rec.state is JobState.PARKED and rec.delivery.task_deadline is not None:
                 cands.append(rec.delivery.task_deadline)
         progress_due = self._progress.next_deadline()
         if progress_due is not None:
             cands.append(progress_due)
-        if self.draining and self._grace_deadline is not None and self._running:
+        if self.draining and self._grace_deadline is not None and uncancelled:
             cands.append(self._grace_deadline)
         return min(cands) if cands else None
 

@@ -34,7 +34,7 @@ from conveyor_sdk._protocol.types import CancelReason
 from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
 from conveyor_sdk._worker.registry import Registry
-from conveyor_sdk.errors import ConveyorError, Internal
+from conveyor_sdk.errors import ConveyorError, Internal, ProtocolError
 
 if TYPE_CHECKING:
     from conveyor_sdk._worker.runner import Worker
@@ -123,7 +123,12 @@ class Driver:
         elif kind == "done":
             self._log_failures(event[1], event[2])
             self.jobs.pop(event[1], None)
-            await self._execute(self.machine.job_finished(event[1], event[2], now, self._can_start))
+            try:
+                actions = self.machine.job_finished(event[1], event[2], now, self._can_start)
+            except ProtocolError as exc:  # an executor reported a job twice: refuse, keep serving
+                self.log.error("%s", exc)
+                return
+            await self._execute(actions)
         elif kind == "progress":
             await self._execute(self.machine.progress(event[1], event[2], event[3], now))
         elif kind == "wakeup":

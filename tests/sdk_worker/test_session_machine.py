@@ -331,6 +331,17 @@ def test_drain_parks_late_dispatch_then_releases_at_grace_and_closes() -> None:
     assert s.connection_lost(None, T0 + 6) == [Stop(None)]
 
 
+def test_no_past_deadline_while_cancelled_jobs_unwind() -> None:
+    """After the grace release, next_deadline() never points at the past (no busy loop)."""
+    s = _open()
+    s.receive(_dispatch("a", timeout=0.5), T0)
+    s.drain(T0, grace=0.2)
+    s.tick(T0 + 0.2)  # DRAIN cancel issued; the job still unwinds
+    nd = s.next_deadline()
+    assert nd is not None and nd > T0 + 0.2
+    assert s.tick(T0 + 0.6) == []  # no DEADLINE cancel on top of the DRAIN one
+
+
 def test_drain_lets_finishing_tasks_report_real_outcome() -> None:
     """A task finishing within grace reports its real outcome, then the stream half-closes."""
     s = _open()
