@@ -13,7 +13,7 @@ import random
 import signal as _signal
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from conveyor_sdk import __version__
 from conveyor_sdk._protocol.backoff import Backoff
@@ -56,7 +56,7 @@ class Worker:
         queues: Mapping[str, int] | list[str] | tuple[str, ...] = ("default",),
         concurrency: int = 10,
         token: str | None = None,
-        protocol: str = "grpc",
+        protocol: Literal["grpc", "connect"] = "grpc",
         tls: TLSOptions | None = None,
         grace: float = 30.0,
         executor: Executor | None = None,
@@ -82,7 +82,7 @@ class Worker:
         self.concurrency = concurrency
         self.grace = grace
         self.token = token
-        self.protocol = protocol
+        self.protocol: Literal["grpc", "connect"] = protocol
         self.tls = tls
         self.progress_interval = progress_interval
         self.close_timeout = close_timeout
@@ -188,7 +188,7 @@ class Worker:
     def _transport(self) -> tuple[Callable[..., Any], Any]:
         opts = self._transport_options or TransportOptions(
             token=self.token,
-            protocol=self.protocol,  # type: ignore[arg-type]
+            protocol=self.protocol,
             tls=self.tls,
         )
         return open_session, opts

@@ -244,9 +244,12 @@ def test_batch_dispatch_one_batch_result_and_single_delivery_as_batch_of_one() -
     reg = Registry()
     calls: list[tuple[tuple[str, ...], bool, str]] = []
 
+    gate = asyncio.Event()
+
     @reg.batch_handler("b")
     async def b(tasks: list[TaskData], ctx: TaskContext) -> list[bytes]:
         calls.append((ctx.ids, ctx.is_batch, ctx.group))
+        await gate.wait()
         return [t.id.encode() for t in tasks]
 
     async def script(peer: ScriptedPeer, worker: Worker) -> None:
@@ -257,6 +260,9 @@ def test_batch_dispatch_one_batch_result_and_single_delivery_as_batch_of_one() -
         batch.batch_dispatch.group = "g"
         batch.batch_dispatch.tasks.extend(tpb.TaskEnvelope(id=i, queue="default", type="b") for i in "XYZ")
         await sess.send(batch)
+        hb = await _next(sess, "heartbeat")
+        assert sorted(hb.heartbeat.active_task_ids) == ["X", "Y", "Z"]  # every member is heartbeated
+        gate.set()
         br = await _next(sess, "batch_result")
         assert [(r.task_id, r.outcome, r.result) for r in br.batch_result.results] == [
             ("X", 1, b"X"), ("Y", 1, b"Y"), ("Z", 1, b"Z"),
