@@ -39,6 +39,13 @@ async def _next(sess: PeerSession, kind: str, timeout: float = 10.0) -> pb.Worke
         assert msg.WhichOneof("frame") == "heartbeat", f"unexpected {msg}"
 
 
+async def _heartbeat_listing(sess: PeerSession, ids: list[str]) -> None:
+    """Wait (10 s at most) for a Heartbeat listing exactly ``ids`` (earlier ones may predate a dispatch)."""
+    async with asyncio.timeout(10):
+        while sorted((await _next(sess, "heartbeat")).heartbeat.active_task_ids) != sorted(ids):
+            pass
+
+
 async def _open(peer: ScriptedPeer) -> tuple[PeerSession, pb.WorkerMessage]:
     sess = await peer.accept()
     hello = await sess.recv()
@@ -105,8 +112,7 @@ def test_cancel_frame_cancels_running_handler() -> None:
         await sess.send(_welcome())
         await sess.send(_dispatch("T1"))
         await asyncio.wait_for(started.wait(), 10)
-        hb = await _next(sess, "heartbeat")
-        assert list(hb.heartbeat.active_task_ids) == ["T1"]
+        await _heartbeat_listing(sess, ["T1"])
         await sess.send(pb.ServerMessage(cancel=pb.Cancel(task_id="T1")))
         res = await _next(sess, "result")
         assert (res.result.outcome, res.result.error_msg) == (2, "canceled by server")
@@ -191,14 +197,10 @@ def test_drain_heartbeats_late_dispatch_without_starting_it() -> None:
         sess, _ = await _open(peer)
         await sess.send(_welcome())
         await sess.send(_dispatch("A"))
-        hb = await _next(sess, "heartbeat")
-        assert list(hb.heartbeat.active_task_ids) == ["A"]
+        await _heartbeat_listing(sess, ["A"])
         worker.stop()
         await sess.send(_dispatch("LATE"))
-        while True:
-            hb = await _next(sess, "heartbeat")
-            if sorted(hb.heartbeat.active_task_ids) == ["A", "LATE"]:
-                break
+        await _heartbeat_listing(sess, ["A", "LATE"])
         release.set()
         res = await _next(sess, "result")
         assert (res.result.task_id, res.result.outcome) == ("A", 1)
@@ -260,8 +262,7 @@ def test_batch_dispatch_one_batch_result_and_single_delivery_as_batch_of_one() -
         batch.batch_dispatch.group = "g"
         batch.batch_dispatch.tasks.extend(tpb.TaskEnvelope(id=i, queue="default", type="b") for i in "XYZ")
         await sess.send(batch)
-        hb = await _next(sess, "heartbeat")
-        assert sorted(hb.heartbeat.active_task_ids) == ["X", "Y", "Z"]  # every member is heartbeated
+        await _heartbeat_listing(sess, ["X", "Y", "Z"])  # every member is heartbeated
         gate.set()
         br = await _next(sess, "batch_result")
         assert [(r.task_id, r.outcome, r.result) for r in br.batch_result.results] == [
