@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import logging
 import random
 
 import msgspec
@@ -19,6 +20,7 @@ from conveyor_sdk.client import Client
 from conveyor_sdk.worker import SkipRetry, TaskContext
 
 app = App()
+log = logging.getLogger("examples.hello")
 
 
 class Greeting(msgspec.Struct):
@@ -50,6 +52,7 @@ async def greet(payload: Greeting, ctx: TaskContext) -> str:
     if payload.name == "":
         raise SkipRetry("nobody to greet")
     ctx.report_progress(100, "done")
+    log.info("greeted %s (attempt %d)", payload.name, ctx.retried + 1)
     return f"hello, {payload.name}"
 
 
@@ -61,6 +64,7 @@ def digest(payload: Digest, ctx: TaskContext) -> str:
         value = hashlib.sha256(value).digest()
         if i % 5000 == 0:
             ctx.raise_if_cancelled()
+    log.info("digested %r in %d rounds", payload.text, payload.rounds)
     return value.hex()
 
 
@@ -72,6 +76,7 @@ async def events(payloads: list[Event], ctx: TaskContext) -> None:
     """
     total = sum(p.value for p in payloads)
     ctx.report_progress(100, f"{len(payloads)} events, total {total}")
+    log.info("batch of %d events, total %d", len(payloads), total)
 
 
 NAMES = ("Ada", "Grace", "Linus", "Barbara", "Ken", "Margaret")
