@@ -35,6 +35,22 @@ def server_factory() -> Iterator[Callable[..., ServerProcess]]:
     assert codes == [0] * len(codes), f"server exit codes {codes}"
 
 
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[ServerProcess]:
+    """One fast dev-mode server shared by a test module; it must exit cleanly (code 0)."""
+    proc = ServerProcess(FAST_ARGS)
+    proc.start()
+    yield proc
+    code = proc.stop()
+    assert code == 0, "".join(proc.output[-20:])
+
+
+@pytest.fixture(scope="module")
+def url(shared_server: ServerProcess) -> str:
+    """URL of the module's shared server."""
+    return shared_server.url
+
+
 @pytest.fixture
 def server(server_factory: Callable[..., ServerProcess]) -> ServerProcess:
     """A dev-mode server (auth off) with short lease/reap/group timings."""

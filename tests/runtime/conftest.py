@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor_server_min.testing import ServerProcess
 from tests._util import wait_until
-from tests.conftest import FAST_ARGS
 from tests.runtime._procs import descendants, live_descendants, set_subreaper
 from tests.runtime._worker_proc import WorkerProc
 
@@ -53,17 +51,3 @@ def worker_factory() -> Iterator[Callable[..., WorkerProc]]:
     yield start
     for proc in started:
         proc.cleanup()
-
-
-@pytest.fixture
-def server(server_factory: Callable[..., ServerProcess]) -> Iterator[ServerProcess]:
-    """The shared fast dev server, stopped here so its stdout pipe is closed too.
-
-    ServerProcess.stop() leaves the pipe open (a ResourceWarning at garbage collection,
-    an error under filterwarnings=error); the factory's own teardown still asserts exit 0.
-    """
-    proc = server_factory(FAST_ARGS)
-    yield proc
-    proc.stop()
-    if proc.proc is not None and proc.proc.stdout is not None:
-        proc.proc.stdout.close()

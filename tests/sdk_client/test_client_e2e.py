@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -14,7 +15,7 @@ from conveyor_sdk.client import Client, RetryConfig, SyncClient, task
 from conveyor_sdk.codecs import OCTET_STREAM
 from conveyor_sdk.errors import DuplicateTask, InvalidArgument, NotFound, Unauthenticated, Unavailable
 from conveyor_sdk.types import Dependency, OnFailure, RetryPolicy, RetryStrategy, TaskState
-from tests.sdk_client.conftest import running_server
+from conveyor_server_min.testing import ServerProcess
 
 
 def uid(prefix: str = "t") -> str:
@@ -183,15 +184,15 @@ def test_unreachable_server_is_unavailable() -> None:
         assert info.value.retryable and client.statistics()["calls"] == 2
 
 
-def test_bearer_token_is_sent() -> None:
+def test_bearer_token_is_sent(server_factory: Callable[..., ServerProcess]) -> None:
     """With auth on, a missing/wrong token is Unauthenticated and the right one works."""
-    with running_server(["--token", "s3cret"]) as srv:
-        with SyncClient(srv.url) as anonymous, pytest.raises(Unauthenticated):
-            anonymous.enqueue("t")
-        with SyncClient(srv.url, token="wrong") as wrong, pytest.raises(Unauthenticated):
-            wrong.get_task("x")
-        with SyncClient(srv.url, token="s3cret") as good:
-            assert good.enqueue("t").state is TaskState.PENDING
+    srv = server_factory(["--token", "s3cret"])
+    with SyncClient(srv.url) as anonymous, pytest.raises(Unauthenticated):
+        anonymous.enqueue("t")
+    with SyncClient(srv.url, token="wrong") as wrong, pytest.raises(Unauthenticated):
+        wrong.get_task("x")
+    with SyncClient(srv.url, token="s3cret") as good:
+        assert good.enqueue("t").state is TaskState.PENDING
 
 
 def test_connect_over_http1(url: str) -> None:

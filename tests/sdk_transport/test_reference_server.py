@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -23,25 +23,13 @@ PROTOCOLS = ["grpc", "connect"]
 
 
 @pytest.fixture
-def start_server() -> Iterator[Callable[..., ServerProcess]]:
-    """Like conftest's ``server_factory`` (clean exit asserted), but also closes the server's stdout pipe.
-
-    ServerProcess.stop() leaves the pipe open, which pytest's filterwarnings=error turns into a failure.
-    """
-    started: list[ServerProcess] = []
+def start_server(server_factory: Callable[..., ServerProcess]) -> Callable[..., ServerProcess]:
+    """Start reference servers (dev mode, 2 s lease by default) via the root ``server_factory``."""
 
     def start(args: Sequence[str] = ("--lease-ttl", "2s")) -> ServerProcess:
-        proc = ServerProcess(args)
-        started.append(proc)
-        proc.start()
-        return proc
+        return server_factory(args)
 
-    yield start
-    codes = [proc.stop() for proc in started]
-    for proc in started:
-        if proc.proc is not None and proc.proc.stdout is not None:
-            proc.proc.stdout.close()
-    assert codes == [0] * len(codes), f"server exit codes {codes}"
+    return start
 
 
 @pytest.fixture

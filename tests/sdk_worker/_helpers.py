@@ -11,15 +11,6 @@ from conveyor_sdk.types import TaskInfo, TaskState
 from conveyor_sdk.worker import Registry, Worker
 from tests._util import eventually
 
-FAST_ARGS = (
-    "--lease-ttl", "2s",
-    "--reap-interval", "200ms",
-    "--promote-interval", "100ms",
-    "--group-max-size", "3",
-    "--group-grace-period", "500ms",
-    "--group-sweep-interval", "100ms",
-)  # fmt: skip
-
 KEEP = {"retention": 3600, "content_type": "application/octet-stream"}
 
 

@@ -16,7 +16,8 @@ from conveyor_sdk.types import RetryPolicy, TaskState
 from conveyor_sdk.worker import CancelReason, Registry, SkipRetry, TaskContext, TaskData, Worker
 from conveyor_server_min.testing import ServerProcess
 from tests._util import eventually
-from tests.sdk_worker._helpers import FAST_ARGS, KEEP, running, wait_state
+from tests.conftest import FAST_ARGS
+from tests.sdk_worker._helpers import KEEP, running, wait_state
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "connect"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 
 import pytest
 from connectrpc.errors import ConnectError
@@ -14,23 +13,9 @@ from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk._gen.conveyor.v1.service_connect import AdminServiceClientSync, TaskServiceClientSync
 from conveyor_sdk._transport import TransportOptions, open_session
 from conveyor_sdk.errors import Code, ConveyorError
-from conveyor_server_min.testing import ServerProcess
 from tests._util import wait_until
-from tests.conftest import FAST_ARGS
 
 S = tpb.TaskState
-
-
-@pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    """One fast-timing dev server for the module; it must exit 0 on SIGTERM."""
-    proc = ServerProcess(FAST_ARGS)
-    proc.start()
-    yield proc.url
-    code = proc.stop()
-    if proc.proc is not None and proc.proc.stdout is not None:
-        proc.proc.stdout.close()  # ServerProcess leaves its pipe open (ResourceWarning under -W error)
-    assert code == 0, "".join(proc.output[-20:])
 
 
 @pytest.fixture(scope="module")

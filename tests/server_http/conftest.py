@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -26,19 +26,6 @@ def auth_server() -> Iterator[ThreadServer]:
 
 
 @pytest.fixture
-def server_proc() -> Iterator[Callable[..., ServerProcess]]:
-    """Like the root ``server_factory`` (exit code 0 asserted) but also closes each child's stdout pipe."""
-    started: list[ServerProcess] = []
-
-    def start(args: Sequence[str] = (), **kwargs: object) -> ServerProcess:
-        proc = ServerProcess(args, **kwargs)  # type: ignore[arg-type]
-        started.append(proc)
-        proc.start()
-        return proc
-
-    yield start
-    codes = [proc.stop() for proc in started]
-    for proc in started:
-        if proc.proc is not None and proc.proc.stdout is not None:
-            proc.proc.stdout.close()
-    assert codes == [0] * len(codes), f"server exit codes {codes}"
+def server_proc(server_factory: Callable[..., ServerProcess]) -> Callable[..., ServerProcess]:
+    """Start reference-server subprocesses (the root ``server_factory``: clean exit asserted)."""
+    return server_factory
