@@ -18,6 +18,7 @@ from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._transport import _connect
 from conveyor_sdk._transport.core import SessionCore
 from conveyor_sdk._transport.options import TransportOptions
+from conveyor_sdk._transport.signal import Signal
 from conveyor_sdk.errors import ConveyorError, Internal
 
 __all__ = ["DEFAULT_PATH", "SessionStream", "open_session"]
@@ -59,7 +60,7 @@ class SessionStream:
         self._core = core
         self.protocol = protocol
         self._transport: asyncio.Transport | None = None
-        self._waiters: list[asyncio.Future[None]] = []
+        self._signal = Signal()
         self._write_paused = False
         self._loop = asyncio.get_running_loop()
         self._lost: asyncio.Future[None] = self._loop.create_future()
@@ -209,19 +210,10 @@ class SessionStream:
         self._notify()
 
     def _notify(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        self._signal.fire()
 
     async def _wait(self) -> None:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        try:
-            await fut
-        finally:
-            if fut in self._waiters:
-                self._waiters.remove(fut)
+        await self._signal.wait()
 
 
 def _parse(data: bytes) -> pb.ServerMessage:

@@ -13,31 +13,10 @@ import h2.events
 import h2.exceptions
 from h2.connection import ConnectionState
 
+from conveyor_sdk._transport.signal import Signal
 from conveyor_sdk.testing._peer_session import PeerSession
 
 __all__ = ["PeerConnection", "Signal"]
-
-
-class Signal:
-    """Broadcast wake-up: every ``wait()`` pending at ``fire()`` returns."""
-
-    def __init__(self) -> None:
-        self._waiters: list[asyncio.Future[None]] = []
-
-    def fire(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-
-    async def wait(self) -> None:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        try:
-            await fut
-        finally:
-            if fut in self._waiters:
-                self._waiters.remove(fut)
 
 
 class PeerConnection:
