@@ -7,7 +7,7 @@ not possible against grpcio, so gRPC only; then grpcio.aio) answers every Dispat
 with a Result. We report wall time, tasks/s and the *client process* CPU time per
 task; the server's CPU is in another process and not counted.
 
-Run: .venv/bin/python -m tests.sdk_transport.bench_transport [--tasks 20000] [--inflight 16]
+Run: .venv/bin/python bench/transport_bench.py [--tasks 20000] [--inflight 16]
 """
 
 from __future__ import annotations
