@@ -274,3 +274,46 @@ def test_batch_dispatch_one_batch_result_and_single_delivery_as_batch_of_one() -
         assert calls == [(("X", "Y", "Z"), True, "g"), (("SOLO",), True, "")]
 
     _with_worker(script, reg, concurrency=1)
+
+
+def test_upstream_style_over_dispatch_is_gated_locally_and_parked_tasks_heartbeated() -> None:
+    """Upstream grants `concurrency` per queue, so 2x arrive: only `concurrency` run, all are heartbeated."""
+    reg = Registry()
+    release = threading.Event()
+    lock = threading.Lock()
+    running: list[str] = []
+    peak = 0
+
+    @reg.handler("t")
+    def t(task: TaskData, ctx: TaskContext) -> bytes:
+        nonlocal peak
+        with lock:
+            running.append(task.id)
+            peak = max(peak, len(running))
+        release.wait(20)
+        with lock:
+            running.remove(task.id)
+        return b"ok"
+
+    def dispatch(tid: str, queue: str) -> pb.ServerMessage:
+        msg = pb.ServerMessage()
+        msg.dispatch.task.CopyFrom(tpb.TaskEnvelope(id=tid, queue=queue, type="t"))
+        return msg
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess, hello = await _open(peer)
+        assert hello.hello.concurrency == 2
+        await sess.send(_welcome())
+        ids = ["a1", "a2", "b1", "b2"]
+        for tid in ids:
+            await sess.send(dispatch(tid, tid[0]))
+        await _heartbeat_listing(sess, ids)  # running and parked tasks alike keep their leases
+        with lock:
+            assert len(running) == 2, running
+        release.set()
+        results = [(await _next(sess, "result")).result for _ in ids]
+        assert sorted(r.task_id for r in results) == ids
+        assert {r.outcome for r in results} == {1}
+        assert peak == 2
+
+    _with_worker(script, reg, queues={"a": 1, "b": 1}, concurrency=2)
