@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
-from rich.markup import escape
 
 from conveyor_cli import _common
 from conveyor_sdk.durations import parse_duration
@@ -33,8 +32,8 @@ EPILOG = (
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    """One-line error (markup-escaped: queue patterns contain brackets) and exit ``code``."""
-    _common.fail(escape(message), code)
+    """One-line error and exit ``code`` (``_common.fail`` escapes markup: queue patterns contain brackets)."""
+    _common.fail(message, code)
 
 
 def _queues(specs: list[str], app: Iterable[HandlerSpec]) -> dict[str, int]:
