@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -129,10 +130,22 @@ async def bench_baseline(url: str, args: argparse.Namespace) -> list[Figure]:
             for _ in range(args.batches):
                 await batch(breq)
 
+        def build_item() -> pb.EnqueueRequest:
+            payload = json.dumps(PAYLOAD, separators=(",", ":")).encode()
+            return pb.EnqueueRequest(
+                type="bench", queue="bench", payload=payload, content_type="application/json"
+            )
+
+        async def batches_built() -> None:
+            # the same work our client does per call: encode every payload and build every item
+            for _ in range(args.batches):
+                await batch(pb.EnqueueBatchRequest(tasks=[build_item() for _ in range(BATCH)]))
+
         return [
             await timed("grpc.aio baseline sequential", args.calls, seq),
             await timed(f"grpc.aio baseline x{args.concurrency}", args.calls, conc),
-            await timed("grpc.aio baseline EnqueueBatch", args.batches * BATCH, batches),
+            await timed("grpc.aio EnqueueBatch (request pre-built)", args.batches * BATCH, batches),
+            await timed("grpc.aio EnqueueBatch (built per call)", args.batches * BATCH, batches_built),
         ]
 
 
