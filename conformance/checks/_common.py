@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+
+if TYPE_CHECKING:
+    from conveyor_conformance._session import RawSession
+    from conveyor_conformance.context import CheckContext
 
 __all__ = [
     "ARCHIVED",
@@ -21,6 +25,7 @@ __all__ = [
     "SUCCESS",
     "ULID",
     "dur",
+    "expect_free_redelivery",
     "seconds",
     "state_is",
     "ts",
@@ -61,3 +66,11 @@ def seconds(value: Any) -> float:
 def state_is(*states: int) -> Any:
     """Predicate for ``wait_task``: the task is in one of ``states``."""
     return lambda info: info.state in states
+
+
+async def expect_free_redelivery(ctx: CheckContext, sess: RawSession, task_id: str, what: str) -> None:
+    """The next frame on ``sess`` redelivers ``task_id`` as a plain Dispatch with no retry charged."""
+    again = await sess.expect("dispatch", ctx.t(10))
+    got = again.dispatch.task
+    ctx.expect(got.id == task_id, f"{what}: redelivered {got.id or 'nothing'}, expected {task_id}")
+    ctx.expect(got.retried == 0, f"{what} charged a retry: retried {got.retried}")
