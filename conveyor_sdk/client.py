@@ -30,6 +30,18 @@ import pyqwest
 
 from conveyor_sdk._client import requests as rq
 from conveyor_sdk._client.admin import AsyncAdmin, SyncAdmin
+from conveyor_sdk._client.admin_types import (
+    BrokerInfo,
+    ClusterNode,
+    ConcurrencyLimit,
+    CronEntry,
+    GroupConfig,
+    RateLimit,
+    ServerVersion,
+    TaskEvent,
+    TaskEventType,
+)
+from conveyor_sdk._client.admin_wire import CronOptions
 from conveyor_sdk._client.convert import enqueue_result, task_info
 from conveyor_sdk._client.options import EnqueueOptions, TaskSpec, ValidationError
 from conveyor_sdk._client.retry import RetryConfig
@@ -42,12 +54,22 @@ from conveyor_sdk.types import Duration, EnqueueResult, TaskInfo
 
 __all__ = [
     "AsyncAdmin",
+    "BrokerInfo",
     "Client",
     "ClientOptions",
+    "ClusterNode",
+    "ConcurrencyLimit",
+    "CronEntry",
+    "CronOptions",
     "EnqueueOptions",
+    "GroupConfig",
+    "RateLimit",
     "RetryConfig",
+    "ServerVersion",
     "SyncAdmin",
     "SyncClient",
+    "TaskEvent",
+    "TaskEventType",
     "TaskSpec",
     "ValidationError",
     "task",
@@ -174,7 +196,9 @@ class Client(_Base):
         http = pyqwest.Client(self._transport)
         ckw = self._config.connect_kwargs()
         self._tasks = sc.TaskServiceClient(self.address, http_client=http, **ckw)
-        self.admin = AsyncAdmin(self._caller, sc.AdminServiceClient(self.address, http_client=http, **ckw))
+        self.admin = AsyncAdmin(
+            self._caller, sc.AdminServiceClient(self.address, http_client=http, **ckw), self.codecs
+        )
 
     async def enqueue(
         self, type: str, payload: Any = None, /, *, rpc_timeout: Duration | None = None,
@@ -247,7 +271,9 @@ class SyncClient(_Base):
         http = pyqwest.SyncClient(self._transport)
         ckw = self._config.connect_kwargs()
         self._tasks = sc.TaskServiceClientSync(self.address, http_client=http, **ckw)
-        self.admin = SyncAdmin(self._caller, sc.AdminServiceClientSync(self.address, http_client=http, **ckw))
+        self.admin = SyncAdmin(
+            self._caller, sc.AdminServiceClientSync(self.address, http_client=http, **ckw), self.codecs
+        )
 
     def enqueue(
         self, type: str, payload: Any = None, /, *, rpc_timeout: Duration | None = None,

@@ -11,9 +11,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from conveyor_sdk._client import requests as rq
+from conveyor_sdk._client.admin_ops import AsyncOps, SyncOps
 from conveyor_sdk._client.convert import action_results, queue_info, session_info, task_page
 from conveyor_sdk._client.transport import UnaryCaller
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk.codecs import CodecRegistry
 from conveyor_sdk.types import (
     Duration,
     QueueInfo,
@@ -50,12 +52,14 @@ def _batch_method(action: str) -> tuple[str, str]:
         raise ValueError(f"unknown batch action {action!r}; choose cancel, delete, run or archive") from None
 
 
-class AsyncAdmin:
-    """Queue, task and session operations for :class:`~conveyor_sdk.client.Client`."""
+class AsyncAdmin(AsyncOps):
+    """Operator calls for :class:`~conveyor_sdk.client.Client`: tasks, queues, sessions here;
+    cron, limits, groups, info and events in :class:`~conveyor_sdk._client.admin_ops.AsyncOps`."""
 
-    def __init__(self, caller: UnaryCaller, stub: Any) -> None:
+    def __init__(self, caller: UnaryCaller, stub: Any, codecs: CodecRegistry | None = None) -> None:
         self._caller = caller
         self._stub = stub
+        self._codecs = codecs if codecs is not None else CodecRegistry.default()
 
     async def _task_action(self, action: str, id: str) -> None:
         rpc, method, cls = _TASK_ACTIONS[action]
@@ -137,12 +141,13 @@ class AsyncAdmin:
         return [session_info(s) for s in resp.sessions]
 
 
-class SyncAdmin:
+class SyncAdmin(SyncOps):
     """Blocking twin of :class:`AsyncAdmin` for :class:`~conveyor_sdk.client.SyncClient`."""
 
-    def __init__(self, caller: UnaryCaller, stub: Any) -> None:
+    def __init__(self, caller: UnaryCaller, stub: Any, codecs: CodecRegistry | None = None) -> None:
         self._caller = caller
         self._stub = stub
+        self._codecs = codecs if codecs is not None else CodecRegistry.default()
 
     def _task_action(self, action: str, id: str) -> None:
         rpc, method, cls = _TASK_ACTIONS[action]

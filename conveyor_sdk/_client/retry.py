@@ -45,9 +45,15 @@ class RetryConfig:
 NO_RETRY = RetryConfig(attempts=1)
 
 
+_READS = frozenset({
+    "GetTask", "ListTasks", "ListQueues", "ListWorkerSessions", "ListCron", "ListRateLimits",
+    "ListConcurrencyLimits", "ListGroupConfigs", "ClusterInfo", "BrokerInfo",
+})  # fmt: skip
+
+
 def safe_to_repeat(method: str, request: object) -> bool:
     """True when repeating ``method`` with ``request`` cannot duplicate work."""
-    if method in ("GetTask", "ListTasks", "ListQueues", "ListWorkerSessions"):
+    if method in _READS:
         return True
     if method == "Enqueue" and isinstance(request, pb.EnqueueRequest):
         return bool(request.task_id)
