@@ -14,30 +14,59 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from conveyor_cli._client_options import parse_line
-from conveyor_cli._client_render import Output, console, emit_json, result_dicts, task_dict
+from conveyor_cli._client_render import Output, emit_json, result_dicts, stdout_console, table, task_dict
 from conveyor_sdk._client.options import MAX_BATCH, build_request
 from conveyor_sdk.client import SyncClient, TaskSpec
 from conveyor_sdk.codecs import CodecRegistry
 from conveyor_sdk.types import EnqueueResult
 
-__all__ = ["read_specs", "run_batch"]
+__all__ = ["BadLines", "read_specs", "run_batch"]
+
+
+class BadLines(ValueError):
+    """Some lines of a JSONL file are invalid; ``problems`` holds every ``line N: reason``."""
+
+    def __init__(self, file: Path, problems: list[str]) -> None:
+        self.problems = problems
+        if len(problems) == 1:
+            super().__init__(f"{problems[0]} (nothing was sent)")
+        else:
+            where = "stdin" if str(file) == "-" else str(file)
+            super().__init__(f"{len(problems)} bad lines in {where}; nothing was sent")
+
+
+def _check_line(line: str, number: int, codecs: CodecRegistry) -> TaskSpec:
+    spec = parse_line(line, number)
+    try:
+        build_request(spec.type, spec.payload, spec.options, codecs)
+    except ValueError as exc:
+        raise ValueError(f"line {number}: {exc}") from None
+    return spec
 
 
 def read_specs(file: Path) -> list[tuple[int, TaskSpec]]:
-    """(line number, TaskSpec) for every non-blank line; ValueError names the bad line."""
+    """(line number, TaskSpec) for every non-blank line, all validated before anything is sent.
+
+    Raises :class:`BadLines` naming every bad line (number and reason), not just the first.
+    """
     try:
         text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read {file}: {exc}") from None
-    specs = [(n, parse_line(line, n)) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    codecs = CodecRegistry.default()
+    specs: list[tuple[int, TaskSpec]] = []
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            specs.append((number, _check_line(line, number, codecs)))
+        except ValueError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise BadLines(file, problems)
     if not specs:
         raise ValueError(f"{file} holds no tasks")
-    codecs = CodecRegistry.default()
-    for number, spec in specs:  # validate everything before the first request
-        try:
-            build_request(spec.type, spec.payload, spec.options, codecs)
-        except ValueError as exc:
-            raise ValueError(f"line {number}: {exc}") from None
     return specs
 
 
@@ -66,9 +95,9 @@ def _report(lines: list[int], results: list[EnqueueResult], output: Output) -> i
     if output is Output.json:
         emit_json([{"line": n, **d} for n, d in zip(lines, result_dicts(results), strict=True)])
     else:
-        console.print(f"enqueued {len(results) - len(failed)} of {len(results)} task(s)")
+        stdout_console().print(f"enqueued {len(results) - len(failed)} of {len(results)} task(s)")
         for number, error in failed:
-            console.print(f"  line {number}: {error}", markup=False)
+            stdout_console().print(f"  line {number}: {error}", markup=False)
     return len(failed)
 
 
@@ -89,6 +118,11 @@ def run_batch(client: SyncClient, file: Path, *, tx: bool, chunk: int, output: O
                 [{"line": n, "ok": True, "task": task_dict(t)} for n, t in zip(lines, committed, strict=True)]
             )
         else:
-            console.print(f"enqueued {len(committed)} task(s) atomically")
+            rows = (
+                (t.id, n, t.queue, t.type, t.state.name.lower())
+                for n, t in zip(lines, committed, strict=True)
+            )
+            stdout_console().print(table("committed", ("id", "line", "queue", "type", "state"), rows))
+            stdout_console().print(f"enqueued {len(committed)} task(s) atomically")
         return 0
     return _report(lines, _send_batches(client, specs, chunk), output)

@@ -26,13 +26,17 @@ from conveyor_sdk.types import (
 
 __all__ = [
     "Output",
+    "emit",
     "emit_json",
     "emit_queues",
     "emit_results",
     "emit_sessions",
     "emit_task",
     "emit_tasks",
+    "iso",
     "result_dicts",
+    "stdout_console",
+    "table",
     "task_dict",
 ]
 
@@ -44,10 +48,17 @@ class Output(enum.StrEnum):
     json = "json"
 
 
-console = Console(highlight=False, soft_wrap=True)
+# Off a terminal Rich would fold every table at 80 columns; pipes and files get full-width rows.
+_PIPE_WIDTH = 100_000
 
 
-def _iso(value: datetime | None) -> str | None:
+def stdout_console() -> Console:
+    """A console for stdout: the terminal's width on a TTY, unbounded rows otherwise."""
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else _PIPE_WIDTH)
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO 8601 with ``Z`` for UTC (None stays None)."""
     return value.isoformat().replace("+00:00", "Z") if value is not None else None
 
 
@@ -71,10 +82,10 @@ def task_dict(info: TaskInfo) -> dict[str, Any]:
         "retried": info.retried,
         "max_retry": info.max_retry,
         "last_error": info.last_error,
-        "enqueued_at": _iso(info.enqueued_at),
-        "process_at": _iso(info.process_at),
-        "started_at": _iso(info.started_at),
-        "completed_at": _iso(info.completed_at),
+        "enqueued_at": iso(info.enqueued_at),
+        "process_at": iso(info.process_at),
+        "started_at": iso(info.started_at),
+        "completed_at": iso(info.completed_at),
         "content_type": info.content_type,
         **_payload(info),
         "progress": info.progress,
@@ -92,7 +103,7 @@ def _session_dict(s: WorkerSessionInfo) -> dict[str, Any]:
         "queues": list(s.queues),
         "concurrency": s.concurrency,
         "sdk_version": s.sdk_version,
-        "connected_at": _iso(s.connected_at),
+        "connected_at": iso(s.connected_at),
     }
 
 
@@ -100,13 +111,14 @@ def _result_dict(r: EnqueueResult) -> dict[str, Any]:
     return {"ok": True, "task": task_dict(r.task)} if r.ok and r.task else {"ok": False, "error": r.error}
 
 
-def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    table = Table(title=title, title_justify="left")
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    """A left-titled table; the first column (ids) never wraps, others fold."""
+    out = Table(title=title, title_justify="left")
     for index, col in enumerate(columns):  # keep ids whole; let other columns fold instead of "…"
-        table.add_column(col, no_wrap=index == 0, overflow="fold")
+        out.add_column(col, no_wrap=index == 0, overflow="fold")
     for row in rows:
-        table.add_row(*(escape("" if v is None else str(v)) for v in row))
-    return table
+        out.add_row(*(escape("" if v is None else str(v)) for v in row))
+    return out
 
 
 def _task_row(t: TaskInfo) -> tuple[Any, ...]:
@@ -118,69 +130,70 @@ def _task_row(t: TaskInfo) -> tuple[Any, ...]:
         t.state.name.lower(),
         t.priority,
         retried,
-        _iso(t.enqueued_at),
+        iso(t.enqueued_at),
         t.last_error,
     )
 
 
 def _task_rows(tasks: Sequence[TaskInfo]) -> Table:
     columns = ("id", "queue", "type", "state", "prio", "retried", "enqueued", "last error")
-    return _table("tasks", columns, (_task_row(t) for t in tasks))
+    return table("tasks", columns, (_task_row(t) for t in tasks))
 
 
 def _task_detail(info: TaskInfo) -> Table:
     rows = ((k, json.dumps(v) if isinstance(v, dict | list) else v) for k, v in task_dict(info).items())
-    return _table("task", ("field", "value"), rows)
+    return table("task", ("field", "value"), rows)
 
 
 def _queues(data: Sequence[QueueInfo]) -> tuple[Table, Any]:
     counts = [s for s in TaskState if s not in (TaskState.UNSPECIFIED, TaskState.CANCELED)]
     rows = ((q.name, "yes" if q.paused else "", *(q.counts.get(s, 0) for s in counts)) for q in data)
     columns = ("queue", "paused", *(s.name.lower() for s in counts))
-    return _table("queues", columns, rows), [_queue_dict(q) for q in data]
+    return table("queues", columns, rows), [_queue_dict(q) for q in data]
 
 
 def _sessions(data: Sequence[WorkerSessionInfo]) -> tuple[Table, Any]:
-    rows = ((s.id, ",".join(s.queues), s.concurrency, s.sdk_version, _iso(s.connected_at)) for s in data)
+    rows = ((s.id, ",".join(s.queues), s.concurrency, s.sdk_version, iso(s.connected_at)) for s in data)
     columns = ("session", "queues", "concurrency", "sdk", "connected")
-    return _table("sessions", columns, rows), [_session_dict(s) for s in data]
+    return table("sessions", columns, rows), [_session_dict(s) for s in data]
 
 
 def _results(data: Sequence[TaskActionResult]) -> tuple[Table, Any]:
     rows = ((r.id, r.error or "ok") for r in data)
-    return _table("results", ("id", "result"), rows), [{"id": r.id, "error": r.error} for r in data]
+    return table("results", ("id", "result"), rows), [{"id": r.id, "error": r.error} for r in data]
 
 
-def _emit(table: Table, plain: Any, output: Output) -> None:
+def emit(rendered: Table, plain: Any, output: Output) -> None:
+    """``plain`` as JSON for ``-o json``, else the rich ``rendered`` table."""
     if output is Output.json:
         emit_json(plain)
     else:
-        console.print(table)
+        stdout_console().print(rendered)
 
 
 def emit_task(info: TaskInfo, output: Output) -> None:
     """One task: a field/value table or a JSON object."""
-    _emit(_task_detail(info), task_dict(info), output)
+    emit(_task_detail(info), task_dict(info), output)
 
 
 def emit_tasks(tasks: Sequence[TaskInfo], output: Output) -> None:
     """Task rows or a JSON array."""
-    _emit(_task_rows(tasks), [task_dict(t) for t in tasks], output)
+    emit(_task_rows(tasks), [task_dict(t) for t in tasks], output)
 
 
 def emit_queues(data: Sequence[QueueInfo], output: Output) -> None:
     """Queue rows with per-state counts."""
-    _emit(*_queues(data), output)
+    emit(*_queues(data), output)
 
 
 def emit_sessions(data: Sequence[WorkerSessionInfo], output: Output) -> None:
     """Worker-session rows."""
-    _emit(*_sessions(data), output)
+    emit(*_sessions(data), output)
 
 
 def emit_results(data: Sequence[TaskActionResult], output: Output) -> None:
     """Per-id action results."""
-    _emit(*_results(data), output)
+    emit(*_results(data), output)
 
 
 def emit_json(obj: Any) -> None:

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from conveyor_cli import client_cmds, conformance_cmd, server_cmd, worker_cmd
+from conveyor_cli import (
+    client_cmds,
+    conformance_cmd,
+    cron_cmd,
+    events_cmd,
+    info_cmd,
+    limits_cmd,
+    server_cmd,
+    tasks_extra,
+    worker_cmd,
+)
 
 app = typer.Typer(
     name="conveyor",
@@ -17,6 +27,11 @@ app = typer.Typer(
 server_cmd.register(app)
 worker_cmd.register(app)
 client_cmds.register(app)
+tasks_extra.register(app)
+cron_cmd.register(app)
+limits_cmd.register(app)
+events_cmd.register(app)
+info_cmd.register(app)
 conformance_cmd.register(app)
 
 

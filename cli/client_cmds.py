@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from conveyor_cli import _common
-from conveyor_cli._client_batch import run_batch
+from conveyor_cli._client_batch import BadLines, run_batch
 from conveyor_cli._client_options import parse_dependency, parse_metadata, parse_options
 from conveyor_cli._client_render import (
     Output,
@@ -29,9 +29,11 @@ from conveyor_cli._client_render import (
     emit_task,
     emit_tasks,
 )
+from conveyor_cli._queue_check import warn_unknown_queue
 from conveyor_sdk.client import SyncClient
 from conveyor_sdk.codecs import JSON, OCTET_STREAM
-from conveyor_sdk.errors import ConveyorError
+from conveyor_sdk.errors import ConveyorError, NotFound
+from conveyor_sdk.types import TaskActionResult
 
 __all__ = ["register"]
 
@@ -61,6 +63,28 @@ def client_for(server: str, token: str | None) -> Iterator[SyncClient]:
         fail(f"{exc.code.connect_name}: {exc.message}")
     except (ValueError, OSError) as exc:
         fail(str(exc))
+
+
+_RETENTION_HINT = (
+    "it never existed, or it finished and was removed when its retention ended (by default "
+    "completed tasks are kept for no time at all; enqueue with --retention 24h to keep them)"
+)
+_MAX_LISTED = 100
+
+
+def not_found(task_id: str) -> NoReturn:
+    """The one-line answer for an unknown task id, explaining retention."""
+    fail(f"task {task_id!r} not found: {_RETENTION_HINT}")
+
+
+def report_bad_lines(exc: BadLines) -> NoReturn:
+    """Every bad JSONL line on stderr (up to 100), then the one ``error:`` line."""
+    if len(exc.problems) > 1:
+        for problem in exc.problems[:_MAX_LISTED]:
+            _common.err_console.print(escape(problem), soft_wrap=True)
+        if len(exc.problems) > _MAX_LISTED:
+            _common.err_console.print(f"... and {len(exc.problems) - _MAX_LISTED} more bad lines")
+    fail(str(exc))
 
 
 def _payload(
@@ -148,7 +172,10 @@ def enqueue_batch(  # noqa: PLR0917  # typer maps each option to one parameter
 ) -> None:
     """Enqueue tasks from a JSONL file in chunks of up to 1000 (progress bar for large files)."""
     with client_for(server, token) as client:
-        failed = run_batch(client, file, tx=tx, chunk=chunk, output=output)
+        try:
+            failed = run_batch(client, file, tx=tx, chunk=chunk, output=output)
+        except BadLines as exc:
+            report_bad_lines(exc)
     if failed:
         fail(f"{failed} task(s) were not enqueued")
 
@@ -162,7 +189,11 @@ def tasks_get(
 ) -> None:
     """Show one task."""
     with client_for(server, token) as client:
-        emit_task(client.get_task(id), output)
+        try:
+            info = client.get_task(id)
+        except NotFound:
+            not_found(id)
+        emit_task(info, output)
 
 
 @tasks.command("ls")
@@ -187,6 +218,25 @@ def tasks_ls(  # noqa: PLR0917  # typer maps each option to one parameter
             _common.err_console.print(f"more: --page-token {escape(page.next_page_token)}")
 
 
+def _cancel_one_by_one(client: SyncClient, results: list[TaskActionResult]) -> list[TaskActionResult]:
+    """Retry each failed id with CancelTask, as the single-id form does.
+
+    BatchCancelTasks refuses ACTIVE tasks, while CancelTask sends them a best-effort Cancel;
+    with this step ``tasks cancel A B`` behaves exactly like ``tasks cancel A; tasks cancel B``.
+    """
+    out = []
+    for result in results:
+        fixed = result
+        if result.error:
+            try:
+                client.admin.cancel_task(result.id)
+                fixed = TaskActionResult(id=result.id)
+            except ConveyorError as exc:
+                fixed = TaskActionResult(id=result.id, error=exc.message)
+        out.append(fixed)
+    return out
+
+
 def _action(name: str, help_text: str) -> None:
     @tasks.command(name, help=help_text)
     def command(
@@ -197,13 +247,18 @@ def _action(name: str, help_text: str) -> None:
     ) -> None:
         with client_for(server, token) as client:
             if len(ids) == 1:
-                getattr(client.admin, f"{name}_task")(ids[0])
+                try:
+                    getattr(client.admin, f"{name}_task")(ids[0])
+                except NotFound:
+                    not_found(ids[0])
                 if output is Output.json:
                     emit_json({"id": ids[0], "error": ""})
                 else:
                     _common.err_console.print(f"{name}: {escape(ids[0])} ok")
                 return
             results = client.admin.batch(name, ids)  # type: ignore[arg-type]  # name is one of the four
+            if name == "cancel":
+                results = _cancel_one_by_one(client, results)
             emit_results(results, output)
         if any(r.error for r in results):
             fail(f"{sum(1 for r in results if r.error)} of {len(results)} failed")
@@ -246,8 +301,9 @@ def queues_ls(output: OutputOpt = Output.table, server: Server = DEFAULT, token:
 def queues_pause(
     queue: Annotated[str, typer.Argument()], server: Server = DEFAULT, token: Token = None
 ) -> None:
-    """Stop dispatching from a queue."""
+    """Stop dispatching from a queue (a queue with no tasks or workers yet is paused with a warning)."""
     with client_for(server, token) as client:
+        warn_unknown_queue(client, queue, "pausing it")
         client.admin.pause_queue(queue)
         _common.err_console.print(f"paused {escape(queue)}")
 

@@ -72,7 +72,8 @@ def test_enqueue_payload_from_file_and_table_output(url: str, tmp_path: Path) ->
         (("enqueue", "t", "--depends-on", "x:maybe"), "unknown on_failure"),
         (("enqueue", "t", "--group", "g", "--process-in", "1m"), "mutually exclusive"),
         (("enqueue", "t", "-q", "bad queue"), "invalid queue name"),
-        (("tasks", "get", "no-such-task"), "not_found"),
+        (("tasks", "get", "no-such-task"), "task 'no-such-task' not found"),
+        (("tasks", "cancel", "no-such-task"), "--retention"),
         (("tasks", "ls", "--state", "sleepy"), "unknown task state"),
         (("tasks", "reschedule", "x"), "exactly one of process_at or process_in"),
         (("queues", "pause", "bad queue"), "invalid queue name"),
@@ -189,4 +190,5 @@ def test_console_entry_point_in_a_subprocess(url: str) -> None:
     missing = subprocess.run(
         [*cmd, "tasks", "get", "nope"], env=env, capture_output=True, text=True, timeout=60, check=False
     )
-    assert missing.returncode == 1 and missing.stderr.strip() == "error: not_found: broker: task not found"
+    assert missing.returncode == 1 and missing.stderr.startswith("error: task 'nope' not found: ")
+    assert "retention" in missing.stderr and missing.stderr.count("\n") == 1

@@ -1,0 +1,157 @@
+"""``conveyor events``: a live stream of task lifecycle events (WatchEvents) until Ctrl-C.
+
+``--queue`` and ``--type`` filter on the server; ``--state`` and ``--task`` filter here (the RPC has
+no such fields). When the connection drops (a server restart), the command says so on stderr,
+retries with capped backoff and says when it is watching again; events emitted while it was
+disconnected are not replayed (WatchEvents has no cursor). The first connection failing is an
+error, as is any refusal that a retry cannot fix (auth, events disabled). Ctrl-C exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from conveyor_cli import _common
+from conveyor_cli._admin_render import event_dict, event_line
+from conveyor_cli._client_render import Output, stdout_console
+from conveyor_cli.client_cmds import DEFAULT, OutputOpt, Server, Token, fail
+from conveyor_sdk.client import Client, TaskEvent, TaskEventType
+from conveyor_sdk.errors import ConveyorError, Unavailable
+from conveyor_sdk.types import TaskState
+
+__all__ = ["register"]
+
+_MAX_DELAY = 5.0
+_SETTLED = 2.0  # a stream that lived this long resets the reconnect backoff
+_COLORS = {"completed": "green", "archived": "red", "canceled": "magenta", "retried": "yellow"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Filter:
+    queues: tuple[str, ...]
+    types: tuple[TaskEventType, ...]
+    states: frozenset[TaskState]
+    tasks: frozenset[str]
+
+    def wants(self, event: TaskEvent) -> bool:
+        return (not self.states or event.state in self.states) and (not self.tasks or event.id in self.tasks)
+
+
+def _notice(message: str) -> None:
+    _common.err_console.print(f"[dim]{escape(message)}[/]", soft_wrap=True)
+
+
+def _printer(output: Output) -> Callable[[TaskEvent], None]:
+    if output is Output.json:
+        return lambda e: print(json.dumps(event_dict(e)), flush=True)
+    if sys.stdout.isatty():
+        console = stdout_console()
+
+        def show(e: TaskEvent) -> None:
+            color = _COLORS.get(e.event_type.name.lower(), "cyan")
+            console.print(f"[{color}]{event_line(e, markup=True)}[/]")
+
+        return show
+    return lambda e: print(event_line(e, markup=False), flush=True)
+
+
+async def _stream(client: Client, flt: _Filter, show: Callable[[TaskEvent], None]) -> tuple[str, bool]:
+    """Print events until the stream ends; returns (why it ended, whether any event arrived)."""
+    seen = False
+    try:
+        async for event in client.admin.watch_events(queues=flt.queues, event_types=flt.types):
+            seen = True
+            if flt.wants(event):
+                show(event)
+    except Unavailable as exc:
+        return exc.message, seen
+    return "the server ended the stream", seen
+
+
+async def _watch(client: Client, flt: _Filter, show: Callable[[TaskEvent], None]) -> None:
+    delay, first = 0.2, True
+    while True:
+        try:
+            await client.admin.cluster_info()  # the server answers: (re)connected
+        except Unavailable:
+            if first:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_DELAY)
+            continue
+        if first:
+            _notice(f"watching {client.address} (Ctrl-C to stop)")
+        else:
+            _notice(f"reconnected to {client.address}; events while disconnected are not replayed")
+        started = time.monotonic()
+        reason, seen = await _stream(client, flt, show)
+        lived = time.monotonic() - started
+        if first and not seen and lived < 1.0 and reason != "the server ended the stream":
+            raise Unavailable(reason)  # refused at once (e.g. events disabled): retrying will not help
+        if lived >= _SETTLED:
+            delay = 0.2
+        first = False
+        _notice(f"connection lost ({reason}); reconnecting...")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, _MAX_DELAY)
+
+
+def _filter(queues: list[str], types: list[str], states: list[str], tasks: list[str]) -> _Filter:
+    try:
+        return _Filter(
+            queues=tuple(queues),
+            types=tuple(TaskEventType.parse(t) for t in types),
+            states=frozenset(TaskState.parse(s) for s in states),
+            tasks=frozenset(tasks),
+        )
+    except ValueError as exc:
+        fail(str(exc))
+
+
+async def _main(server: str, token: str | None, flt: _Filter, output: Output) -> None:
+    async with Client(server, token=token or None) as client:
+        await _watch(client, flt, _printer(output))
+
+
+def events(  # noqa: PLR0917  # typer maps each option to one parameter
+    queue: Annotated[
+        list[str] | None, typer.Option("--queue", "-q", help="Only these queues (repeatable).")
+    ] = None,
+    type_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--type", "-t", help="enqueued|scheduled|leased|completed|retried|archived|canceled|released."
+        ),
+    ] = None,
+    state: Annotated[
+        list[str] | None, typer.Option("--state", "-s", help="Only events leaving the task in this state.")
+    ] = None,
+    task: Annotated[list[str] | None, typer.Option("--task", help="Only this task id (repeatable).")] = None,
+    output: OutputOpt = Output.table,
+    server: Server = DEFAULT,
+    token: Token = None,
+) -> None:
+    """Stream task lifecycle events, one line each (``-o json``: JSON lines), until Ctrl-C."""
+    flt = _filter(queue or [], type_ or [], state or [], task or [])
+    try:
+        asyncio.run(_main(server, token, flt, output))
+    except KeyboardInterrupt:
+        return
+    except ConveyorError as exc:
+        fail(f"{exc.code.connect_name}: {exc.message}")
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``events``."""
+    app.command("events", help="Live task lifecycle events until Ctrl-C.")(events)

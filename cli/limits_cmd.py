@@ -1,0 +1,175 @@
+"""``conveyor ratelimit|concurrency|group set|ls|rm``: per-queue dispatch limits and group thresholds.
+
+``set`` on a queue that has no tasks and no worker warns but proceeds (limits may be set
+ahead of time); ``rm`` of a limit that does not exist is an error (most likely a typo).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from conveyor_cli import _common
+from conveyor_cli._admin_render import emit_concurrency, emit_groups, emit_rates
+from conveyor_cli._client_render import Output
+from conveyor_cli._queue_check import warn_unknown_queue
+from conveyor_cli.client_cmds import DEFAULT, OutputOpt, Server, Token, client_for, fail
+from conveyor_sdk.durations import parse_duration
+
+__all__ = ["parse_rate", "register"]
+
+ratelimit = typer.Typer(help="Per-queue dispatch rate limits (token bucket).", no_args_is_help=True)
+concurrency = typer.Typer(help="Per-queue limits on active tasks per concurrency key.", no_args_is_help=True)
+group = typer.Typer(help="Per-group aggregation thresholds.", no_args_is_help=True)
+Opt = typer.Option
+QueueArg = Annotated[str, typer.Argument(metavar="QUEUE", help="Queue name.")]
+
+_RATE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:/\s*(s|sec|m|min|h|hour))?\s*$")
+_PER = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0}
+
+
+def parse_rate(text: str) -> float:
+    """``50``, ``50/s``, ``120/m`` or ``3600/h`` -> tasks per second (ValueError otherwise)."""
+    match = _RATE.match(text)
+    if not match:
+        raise ValueError(f"--rate {text!r}: use tasks per second, e.g. 50, 50/s, 120/m or 3600/h")
+    value = float(match.group(1)) / _PER[match.group(2)]
+    if not value > 0:
+        raise ValueError(f"--rate must be greater than 0, got {text!r}")
+    return value
+
+
+def _done(message: str) -> None:
+    _common.err_console.print(escape(message), soft_wrap=True)
+
+
+@ratelimit.command("set")
+def ratelimit_set(  # noqa: PLR0917  # typer maps each option to one parameter
+    queue: QueueArg,
+    rate: Annotated[str, Opt("--rate", "-r", help="Tasks per second: 50, 50/s, 120/m, 3600/h.")],
+    burst: Annotated[int, Opt("--burst", "-b", help="Token-bucket depth (>= 1).")] = 1,
+    output: OutputOpt = Output.table,
+    server: Server = DEFAULT,
+    token: Token = None,
+) -> None:
+    """Limit QUEUE to RATE dispatches per second with a BURST allowance."""
+    with client_for(server, token) as client:
+        per_sec = parse_rate(rate)
+        if burst < 1:
+            fail(f"--burst must be at least 1, got {burst}")
+        warn_unknown_queue(client, queue, "setting the rate limit")
+        client.admin.set_rate_limit(queue, per_sec, burst=burst)
+        emit_rates([r for r in client.admin.list_rate_limits() if r.queue == queue], output)
+
+
+@ratelimit.command("ls")
+def ratelimit_ls(output: OutputOpt = Output.table, server: Server = DEFAULT, token: Token = None) -> None:
+    """List per-queue rate limits."""
+    with client_for(server, token) as client:
+        emit_rates(client.admin.list_rate_limits(), output)
+
+
+@ratelimit.command("rm")
+def ratelimit_rm(queue: QueueArg, server: Server = DEFAULT, token: Token = None) -> None:
+    """Remove QUEUE's rate limit (the server's global default applies again)."""
+    with client_for(server, token) as client:
+        if not any(r.queue == queue for r in client.admin.list_rate_limits()):
+            fail(f"queue {queue!r} has no rate limit (see `conveyor ratelimit ls`)")
+        client.admin.delete_rate_limit(queue)
+        _done(f"removed the rate limit of {queue}")
+
+
+@concurrency.command("set")
+def concurrency_set(
+    queue: QueueArg,
+    limit: Annotated[int, Opt("--limit", "--max", "-n", help="Active tasks per concurrency key (>= 1).")],
+    output: OutputOpt = Output.table,
+    server: Server = DEFAULT,
+    token: Token = None,
+) -> None:
+    """Allow at most LIMIT active tasks per concurrency_key on QUEUE."""
+    with client_for(server, token) as client:
+        if limit < 1:
+            fail(f"--limit must be at least 1, got {limit}")
+        warn_unknown_queue(client, queue, "setting the concurrency limit")
+        client.admin.set_concurrency_limit(queue, limit)
+        rows = [c for c in client.admin.list_concurrency_limits() if c.queue == queue]
+        emit_concurrency(rows, output)
+
+
+@concurrency.command("ls")
+def concurrency_ls(output: OutputOpt = Output.table, server: Server = DEFAULT, token: Token = None) -> None:
+    """List per-queue concurrency limits."""
+    with client_for(server, token) as client:
+        emit_concurrency(client.admin.list_concurrency_limits(), output)
+
+
+@concurrency.command("rm")
+def concurrency_rm(queue: QueueArg, server: Server = DEFAULT, token: Token = None) -> None:
+    """Remove QUEUE's concurrency limit (its keys become unbounded)."""
+    with client_for(server, token) as client:
+        if not any(c.queue == queue for c in client.admin.list_concurrency_limits()):
+            fail(f"queue {queue!r} has no concurrency limit (see `conveyor concurrency ls`)")
+        client.admin.delete_concurrency_limit(queue)
+        _done(f"removed the concurrency limit of {queue}")
+
+
+GroupArg = Annotated[str, typer.Argument(metavar="[GROUP]", help="Group key; omitted = queue-wide default.")]
+
+
+@group.command("set")
+def group_set(  # noqa: PLR0917  # typer maps each option to one parameter
+    queue: QueueArg,
+    group_key: GroupArg = "",
+    max_size: Annotated[int, Opt("--max-size", help="Fire when this many members wait (>= 1).")] = 0,
+    max_delay: Annotated[str, Opt("--max-delay", help="Fire this long after the first member.")] = "",
+    grace: Annotated[
+        str, Opt("--grace-period", "--grace", help="Fire this long after the last member.")
+    ] = "",
+    output: OutputOpt = Output.table,
+    server: Server = DEFAULT,
+    token: Token = None,
+) -> None:
+    """Override aggregation thresholds for GROUP on QUEUE (all three thresholds required)."""
+    with client_for(server, token) as client:
+        missing = [n for n, v in (("--max-size", max_size), ("--max-delay", max_delay),
+                                  ("--grace-period", grace)) if not v]  # fmt: skip
+        if missing:
+            fail(f"group set needs {', '.join(missing)}")
+        delay, period = parse_duration(max_delay), parse_duration(grace)
+        warn_unknown_queue(client, queue, "setting the group thresholds")
+        client.admin.set_group_config(
+            queue, group_key, max_size=max_size, max_delay=delay, grace_period=period
+        )
+        rows = [g for g in client.admin.list_group_configs() if (g.queue, g.group) == (queue, group_key)]
+        emit_groups(rows, output)
+
+
+@group.command("ls")
+def group_ls(output: OutputOpt = Output.table, server: Server = DEFAULT, token: Token = None) -> None:
+    """List group threshold overrides."""
+    with client_for(server, token) as client:
+        emit_groups(client.admin.list_group_configs(), output)
+
+
+@group.command("rm")
+def group_rm(
+    queue: QueueArg, group_key: GroupArg = "", server: Server = DEFAULT, token: Token = None
+) -> None:
+    """Remove the override of GROUP on QUEUE (defaults apply again)."""
+    with client_for(server, token) as client:
+        if not any((g.queue, g.group) == (queue, group_key) for g in client.admin.list_group_configs()):
+            what = f"group {group_key!r}" if group_key else "a queue-wide default"
+            fail(f"queue {queue!r} has no override for {what} (see `conveyor group ls`)")
+        client.admin.delete_group_config(queue, group_key)
+        _done(f"removed the group override of {queue} {group_key}".rstrip())
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ratelimit``, ``concurrency`` and ``group``."""
+    app.add_typer(ratelimit, name="ratelimit")
+    app.add_typer(concurrency, name="concurrency")
+    app.add_typer(group, name="group")
