@@ -7,6 +7,7 @@ import fnmatch
 from rich.markup import escape
 
 from conveyor_cli._common import err_console
+from conveyor_sdk._client.requests import queue_name
 from conveyor_sdk.client import SyncClient
 
 __all__ = ["queue_is_known", "warn_unknown_queue"]
@@ -21,7 +22,11 @@ def queue_is_known(client: SyncClient, queue: str) -> bool:
 
 
 def warn_unknown_queue(client: SyncClient, queue: str, action: str) -> None:
-    """Print a warning on stderr when ``queue`` looks unknown (a typo?) but let ``action`` proceed."""
+    """Print a warning on stderr when ``queue`` looks unknown (a typo?) but let ``action`` proceed.
+
+    An invalid queue name raises ValidationError first (one ``error:`` line, no warning).
+    """
+    queue_name(queue)
     if not queue_is_known(client, queue):
         err_console.print(
             f"[yellow]warning:[/] queue {escape(queue)!r} has no tasks and no connected worker serves it "

@@ -29,6 +29,7 @@ from conveyor_cli._client_render import (
     emit_task,
     emit_tasks,
 )
+from conveyor_cli._enqueue_app import apply_app
 from conveyor_cli._queue_check import warn_unknown_queue
 from conveyor_sdk.client import SyncClient
 from conveyor_sdk.codecs import JSON, OCTET_STREAM
@@ -141,6 +142,9 @@ def enqueue(  # noqa: PLR0917  # typer maps each option to one parameter
     retry_strategy: Annotated[str | None, Opt("--retry-strategy", help="exponential|linear|fixed.")] = None,
     retry_base: Annotated[str | None, Opt("--retry-base", help="Backoff base, e.g. 2s.")] = None,
     retry_max: Annotated[str | None, Opt("--retry-max", help="Backoff cap, e.g. 10m.")] = None,
+    app_ref: Annotated[
+        str | None, Opt("--app", help="MODULE:ATTR: use the app's declared queue/options, check the payload.")
+    ] = None,
     output: OutputOpt = Output.table,
     server: Server = DEFAULT,
     token: Token = None,
@@ -159,6 +163,8 @@ def enqueue(  # noqa: PLR0917  # typer maps each option to one parameter
         options = parse_options(raw)
         if depends_on:
             options["depends_on"] = [parse_dependency(d) for d in depends_on]
+        if app_ref:
+            payload, options = apply_app(app_ref, type_, payload, options)  # type: ignore[assignment]
         emit_task(client.enqueue(type_, payload, **options), output)
 
 
