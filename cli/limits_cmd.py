@@ -135,10 +135,12 @@ def group_set(  # noqa: PLR0917  # typer maps each option to one parameter
 ) -> None:
     """Override aggregation thresholds for GROUP on QUEUE (all three thresholds required)."""
     with client_for(server, token) as client:
-        missing = [n for n, v in (("--max-size", max_size), ("--max-delay", max_delay),
+        missing = [n for n, v in (("--max-size", max_size != 0), ("--max-delay", max_delay),
                                   ("--grace-period", grace)) if not v]  # fmt: skip
         if missing:
             fail(f"group set needs {', '.join(missing)}")
+        if max_size < 1:
+            fail(f"--max-size must be at least 1, got {max_size}")
         delay, period = parse_duration(max_delay), parse_duration(grace)
         warn_unknown_queue(client, queue, "setting the group thresholds")
         client.admin.set_group_config(

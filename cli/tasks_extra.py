@@ -77,7 +77,10 @@ def tasks_purge(  # noqa: PLR0917  # typer maps each option to one parameter
     token: Token = None,
 ) -> None:
     """Delete every task of QUEUE in a terminal STATE (asks first on a terminal)."""
-    parsed = TaskState.parse(state) if state.strip() else TaskState.UNSPECIFIED
+    try:
+        parsed = TaskState.parse(state)
+    except ValueError as exc:
+        fail(str(exc))
     if parsed not in PURGEABLE:
         fail(f"--state {state!r}: purge only deletes finished tasks; use completed, archived or canceled")
     with client_for(server, token) as client:
