@@ -10,7 +10,9 @@ error, as is any refusal that a retry cannot fix (auth, events disabled). Ctrl-C
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from conveyor_cli import _common
 from conveyor_cli._admin_render import event_dict, event_line
 from conveyor_cli._client_render import Output, stdout_console
 from conveyor_cli.client_cmds import DEFAULT, OutputOpt, Server, Token, fail
+from conveyor_sdk._client.requests import queue_name
 from conveyor_sdk.client import Client, TaskEvent, TaskEventType
 from conveyor_sdk.errors import ConveyorError, Unavailable
 from conveyor_sdk.types import TaskState
@@ -31,7 +34,9 @@ from conveyor_sdk.types import TaskState
 __all__ = ["register"]
 
 _MAX_DELAY = 5.0
-_SETTLED = 2.0  # a stream that lived this long resets the reconnect backoff
+_ENDED = "the server ended the stream"
+_SETTLED = 2.0
+_STOP_WAIT = 5.0  # a stream that lived this long resets the reconnect backoff
 _COLORS = {"completed": "green", "archived": "red", "canceled": "magenta", "retried": "yellow"}
 
 
@@ -74,12 +79,23 @@ async def _stream(client: Client, flt: _Filter, show: Callable[[TaskEvent], None
                 show(event)
     except Unavailable as exc:
         return exc.message, seen
-    return "the server ended the stream", seen
+    return _ENDED, seen
 
 
-async def _watch(client: Client, flt: _Filter, show: Callable[[TaskEvent], None]) -> None:
+async def _answers(client: Client) -> bool:
+    """True when the server answers a unary call right now."""
+    try:
+        await client.admin.cluster_info()
+    except ConveyorError:
+        return False
+    return True
+
+
+async def _watch(
+    client: Client, flt: _Filter, show: Callable[[TaskEvent], None], stop: asyncio.Event
+) -> None:
     delay, first = 0.2, True
-    while True:
+    while not stop.is_set():
         try:
             await client.admin.cluster_info()  # the server answers: (re)connected
         except Unavailable:
@@ -94,9 +110,11 @@ async def _watch(client: Client, flt: _Filter, show: Callable[[TaskEvent], None]
             _notice(f"reconnected to {client.address}; events while disconnected are not replayed")
         started = time.monotonic()
         reason, seen = await _stream(client, flt, show)
+        if stop.is_set():
+            return
         lived = time.monotonic() - started
-        if first and not seen and lived < 1.0 and reason != "the server ended the stream":
-            raise Unavailable(reason)  # refused at once (e.g. events disabled): retrying will not help
+        if first and not seen and lived < 1.0 and reason != _ENDED and await _answers(client):
+            raise Unavailable(reason)  # refused at once by a live server (events disabled): do not retry
         if lived >= _SETTLED:
             delay = 0.2
         first = False
@@ -108,7 +126,7 @@ async def _watch(client: Client, flt: _Filter, show: Callable[[TaskEvent], None]
 def _filter(queues: list[str], types: list[str], states: list[str], tasks: list[str]) -> _Filter:
     try:
         return _Filter(
-            queues=tuple(queues),
+            queues=tuple(queue_name(q) for q in queues),
             types=tuple(TaskEventType.parse(t) for t in types),
             states=frozenset(TaskState.parse(s) for s in states),
             tasks=frozenset(tasks),
@@ -117,9 +135,28 @@ def _filter(queues: list[str], types: list[str], states: list[str], tasks: list[
         fail(str(exc))
 
 
+def _on_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            loop.add_signal_handler(sig, stop.set)
+
+
 async def _main(server: str, token: str | None, flt: _Filter, output: Output) -> None:
+    """Watch until Ctrl-C/SIGTERM: a stop flag, not only task cancellation, ends the reconnect loop."""
+    stop = asyncio.Event()
+    _on_signals(stop)
     async with Client(server, token=token or None) as client:
-        await _watch(client, flt, _printer(output))
+        watch = asyncio.create_task(_watch(client, flt, _printer(output), stop))
+        stopped = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({watch, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if watch in done:
+            stopped.cancel()
+            watch.result()
+            return
+        watch.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(watch, _STOP_WAIT)
 
 
 def events(  # noqa: PLR0917  # typer maps each option to one parameter

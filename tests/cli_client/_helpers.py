@@ -47,6 +47,7 @@ class Lines:
     """Lines of a child's pipe collected by a thread, awaited with timeouts (never fixed sleeps)."""
 
     def __init__(self, pipe: IO[str]) -> None:
+        self.pipe = pipe
         self.seen: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
@@ -56,6 +57,11 @@ class Lines:
         for line in pipe:
             self._queue.put(line)
         self._queue.put(None)
+
+    def close(self) -> None:
+        """After the child exited: wait for EOF and close the pipe."""
+        self._thread.join(10)
+        self.pipe.close()
 
     def expect(self, predicate: Callable[[str], bool], timeout: float = 20.0) -> str:
         """The next line matching ``predicate``; AssertionError after ``timeout`` or EOF."""
