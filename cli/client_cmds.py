@@ -305,23 +305,36 @@ def queues_ls(output: OutputOpt = Output.table, server: Server = DEFAULT, token:
 
 @queues.command("pause")
 def queues_pause(
-    queue: Annotated[str, typer.Argument()], server: Server = DEFAULT, token: Token = None
+    queue: Annotated[str, typer.Argument()],
+    output: OutputOpt = Output.table,
+    server: Server = DEFAULT,
+    token: Token = None,
 ) -> None:
     """Stop dispatching from a queue (a queue with no tasks or workers yet is paused with a warning)."""
     with client_for(server, token) as client:
         warn_unknown_queue(client, queue, "pausing it")
         client.admin.pause_queue(queue)
-        _common.err_console.print(f"paused {escape(queue)}")
+    _queue_done(queue, paused=True, output=output)
+
+
+def _queue_done(queue: str, *, paused: bool, output: Output) -> None:
+    if output is Output.json:
+        emit_json({"queue": queue, "paused": paused})
+    else:
+        _common.err_console.print(f"{'paused' if paused else 'resumed'} {escape(queue)}")
 
 
 @queues.command("resume")
 def queues_resume(
-    queue: Annotated[str, typer.Argument()], server: Server = DEFAULT, token: Token = None
+    queue: Annotated[str, typer.Argument()],
+    output: OutputOpt = Output.table,
+    server: Server = DEFAULT,
+    token: Token = None,
 ) -> None:
     """Resume dispatching from a queue."""
     with client_for(server, token) as client:
         client.admin.resume_queue(queue)
-        _common.err_console.print(f"resumed {escape(queue)}")
+    _queue_done(queue, paused=False, output=output)
 
 
 @sessions.command("ls")

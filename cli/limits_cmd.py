@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from conveyor_cli import _common
 from conveyor_cli._admin_render import emit_concurrency, emit_groups, emit_rates
-from conveyor_cli._client_render import Output
+from conveyor_cli._client_render import Output, emit_json
 from conveyor_cli._queue_check import warn_unknown_queue
 from conveyor_cli.client_cmds import DEFAULT, OutputOpt, Server, Token, client_for, fail
 from conveyor_sdk.durations import parse_duration
@@ -42,8 +42,11 @@ def parse_rate(text: str) -> float:
     return value
 
 
-def _done(message: str) -> None:
-    _common.err_console.print(escape(message), soft_wrap=True)
+def _done(message: str, plain: dict[str, str], output: Output) -> None:
+    if output is Output.json:
+        emit_json({**plain, "removed": True})
+    else:
+        _common.err_console.print(escape(message), soft_wrap=True)
 
 
 @ratelimit.command("set")
@@ -73,13 +76,15 @@ def ratelimit_ls(output: OutputOpt = Output.table, server: Server = DEFAULT, tok
 
 
 @ratelimit.command("rm")
-def ratelimit_rm(queue: QueueArg, server: Server = DEFAULT, token: Token = None) -> None:
+def ratelimit_rm(
+    queue: QueueArg, output: OutputOpt = Output.table, server: Server = DEFAULT, token: Token = None
+) -> None:
     """Remove QUEUE's rate limit (the server's global default applies again)."""
     with client_for(server, token) as client:
         if not any(r.queue == queue for r in client.admin.list_rate_limits()):
             fail(f"queue {queue!r} has no rate limit (see `conveyor ratelimit ls`)")
         client.admin.delete_rate_limit(queue)
-        _done(f"removed the rate limit of {queue}")
+        _done(f"removed the rate limit of {queue}", {"queue": queue}, output)
 
 
 @concurrency.command("set")
@@ -108,13 +113,15 @@ def concurrency_ls(output: OutputOpt = Output.table, server: Server = DEFAULT, t
 
 
 @concurrency.command("rm")
-def concurrency_rm(queue: QueueArg, server: Server = DEFAULT, token: Token = None) -> None:
+def concurrency_rm(
+    queue: QueueArg, output: OutputOpt = Output.table, server: Server = DEFAULT, token: Token = None
+) -> None:
     """Remove QUEUE's concurrency limit (its keys become unbounded)."""
     with client_for(server, token) as client:
         if not any(c.queue == queue for c in client.admin.list_concurrency_limits()):
             fail(f"queue {queue!r} has no concurrency limit (see `conveyor concurrency ls`)")
         client.admin.delete_concurrency_limit(queue)
-        _done(f"removed the concurrency limit of {queue}")
+        _done(f"removed the concurrency limit of {queue}", {"queue": queue}, output)
 
 
 GroupArg = Annotated[str, typer.Argument(metavar="[GROUP]", help="Group key; omitted = queue-wide default.")]
@@ -159,7 +166,11 @@ def group_ls(output: OutputOpt = Output.table, server: Server = DEFAULT, token: 
 
 @group.command("rm")
 def group_rm(
-    queue: QueueArg, group_key: GroupArg = "", server: Server = DEFAULT, token: Token = None
+    queue: QueueArg,
+    group_key: GroupArg = "",
+    output: OutputOpt = Output.table,
+    server: Server = DEFAULT,
+    token: Token = None,
 ) -> None:
     """Remove the override of GROUP on QUEUE (defaults apply again)."""
     with client_for(server, token) as client:
@@ -167,7 +178,8 @@ def group_rm(
             what = f"group {group_key!r}" if group_key else "a queue-wide default"
             fail(f"queue {queue!r} has no override for {what} (see `conveyor group ls`)")
         client.admin.delete_group_config(queue, group_key)
-        _done(f"removed the group override of {queue} {group_key}".rstrip())
+        message = f"removed the group override of {queue} {group_key}".rstrip()
+        _done(message, {"queue": queue, "group": group_key}, output)
 
 
 def register(app: typer.Typer) -> None:

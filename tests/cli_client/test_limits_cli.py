@@ -30,7 +30,7 @@ def test_concurrency_set_ls_rm(url: str) -> None:
     table = run(url, "concurrency", "ls")
     assert table.exit_code == 0 and queue in table.stdout and "max active per key" in table.stdout
     assert {"queue": queue, "max_active": 3} in run_json(url, "concurrency", "ls")
-    assert run(url, "concurrency", "rm", queue).exit_code == 0
+    assert run_json(url, "concurrency", "rm", queue) == {"queue": queue, "removed": True}
     assert queue not in {r["queue"] for r in run_json(url, "concurrency", "ls")}
 
 
@@ -47,7 +47,8 @@ def test_group_set_ls_rm(url: str) -> None:
     assert default[0]["group"] == "" and default[0]["max_size"] == 5
     table = run(url, "group", "ls")
     assert table.exit_code == 0 and "(queue default)" in table.stdout and "welcome" in table.stdout
-    assert run(url, "group", "rm", queue, "welcome").exit_code == 0
+    removed = run_json(url, "group", "rm", queue, "welcome")
+    assert removed == {"queue": queue, "group": "welcome", "removed": True}
     left = [g for g in run_json(url, "group", "ls") if g["queue"] == queue]
     assert [g["group"] for g in left] == [""]
     assert run(url, "group", "rm", queue).exit_code == 0

@@ -223,7 +223,7 @@ def test_queues_pause_unknown_queue_warns_but_pauses(url: str) -> None:
     assert next(q for q in run_json(url, "queues", "ls") if q["name"] == queue)["paused"] is True
     again = run(url, "queues", "pause", queue)
     assert again.exit_code == 0 and "warning" not in again.stderr
-    assert run(url, "queues", "resume", queue).exit_code == 0
+    assert run_json(url, "queues", "resume", queue) == {"queue": queue, "paused": False}
 
 
 APP = """
