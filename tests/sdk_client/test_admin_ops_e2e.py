@@ -126,7 +126,8 @@ def test_watch_events_async(url: str) -> None:
 
             async def produce() -> None:
                 while True:  # until the watcher has subscribed and seen one
-                    seen.append((await client.enqueue("t", None, queue=queue, process_in=3600)).id)
+                    seen.append(uid("t"))  # recorded before the enqueue: the event may beat its answer
+                    await client.enqueue("t", None, queue=queue, process_in=3600, task_id=seen[-1])
                     await asyncio.sleep(0.2)
 
             producer = asyncio.create_task(produce())
