@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -142,3 +146,28 @@ def test_events_bad_input(server_url: str) -> None:
     assert_one_line_error(run(server_url, "events", "--state", "sleepy"), "unknown task state 'sleepy'")
     assert_one_line_error(run(server_url, "events", "--queue", "bad queue"), "invalid queue name")
     assert_one_line_error(run("http://127.0.0.1:9", "events"), "unavailable")
+
+
+def test_events_on_a_terminal_are_coloured_lines(server_url: str) -> None:
+    """On a real pty each event is one ANSI-coloured line; SIGINT still exits 0."""
+    main, child_end = pty.openpty()
+    cmd = [sys.executable, "-m", "conveyor_cli", "events", "--server", server_url]
+    proc = subprocess.Popen(cmd, stdin=child_end, stdout=child_end, stderr=child_end)
+    os.close(child_end)
+    seen, tids = b"", []
+    try:
+        deadline = time.monotonic() + 30
+        with SyncClient(server_url) as client:
+            while time.monotonic() < deadline and not any(t.encode() in seen for t in tids):
+                if b"watching" in seen:  # until the subscription is live, events are (rightly) not shown
+                    tids.append(client.enqueue("t", {"a": "[b]"}, process_in=3600).id)
+                if select.select([main], [], [], 0.5)[0]:
+                    seen += os.read(main, 4096)
+        assert _stop(proc) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        os.close(main)
+    line = next(x for x in seen.decode().splitlines() if any(t in x for t in tids))
+    assert line.startswith("\x1b[") and "scheduled" in line and "attempt=0" in line
