@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from datetime import timedelta
 
@@ -143,3 +144,27 @@ def test_watch_events_async(url: str) -> None:
     asyncio.run(main())
     with pytest.raises(ValueError, match="unknown event type"):
         TaskEventType.parse("exploded")
+
+
+def test_watch_events_sync(url: str) -> None:
+    """The blocking watch_events yields typed events while another thread enqueues."""
+    queue, done = uid(), threading.Event()
+    ids: list[str] = []
+
+    def produce() -> None:
+        with SyncClient(url) as producer:
+            while not done.wait(0.2):  # until the watcher has subscribed and seen one
+                ids.append(uid("t"))
+                producer.enqueue("t", None, queue=queue, task_id=ids[-1])
+
+    thread = threading.Thread(target=produce, daemon=True)
+    with SyncClient(url) as client:
+        events = client.admin.watch_events(queues=[queue], event_types=[TaskEventType.ENQUEUED])
+        thread.start()
+        try:
+            event = next(events)
+        finally:
+            done.set()
+            events.close()
+            thread.join(10)
+    assert event.id in ids and event.event_type is TaskEventType.ENQUEUED and event.state is TaskState.PENDING
