@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
@@ -66,6 +67,7 @@ class SessionStream:
         self._lost: asyncio.Future[None] = self._loop.create_future()
         self._write_scheduled = False
         self._closed = False
+        self._listener: Callable[[], None] | None = None
         self.messages_sent = 0
         self.messages_received = 0
 
@@ -128,6 +130,24 @@ class SessionStream:
                     raise core.error
                 return None
             await self._wait()
+
+    def recv_nowait(self) -> pb.ServerMessage | None:
+        """The next complete server message if one is queued, else None (never waits, never ends)."""
+        data = self._core.take_message()
+        if data is None:
+            return None
+        self._write_out()
+        self.messages_received += 1
+        return _parse(data)
+
+    def set_listener(self, listener: Callable[[], None] | None) -> None:
+        """Call ``listener()`` from the socket callback whenever complete messages arrived.
+
+        The latency path: the owner can take them with :meth:`recv_nowait` in the same
+        event-loop turn as the read, instead of one turn later through ``recv``. The
+        listener must not raise. ``recv`` keeps working (and sees what was not taken).
+        """
+        self._listener = listener
 
     async def close_send(self) -> None:
         """Half-close the request side (END_STREAM) once queued messages went out."""
@@ -199,7 +219,10 @@ class SessionStream:
             transport.close()
 
     def _on_data(self, data: bytes) -> None:
-        self._core.receive_data(data)
+        core = self._core
+        core.receive_data(data)
+        if self._listener is not None and core.unread:
+            self._listener()
         self._write_out()
         self._notify()
 

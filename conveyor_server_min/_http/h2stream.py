@@ -142,6 +142,17 @@ class H2Stream:
             self.out += data
             self._conn.mark_ready(self)
 
+    def try_write(self, data: bytes) -> bool:
+        if self.reset or len(self.out) > HIGH_WATER:
+            return False
+        first = not self.out
+        self.out += data
+        if first:  # latency path: the first message of a turn leaves now, later ones batch
+            self._conn.flush_now(self)
+        else:
+            self._conn.mark_ready(self)
+        return True
+
     def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
         if self.finished or self.reset:
             return

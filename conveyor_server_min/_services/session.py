@@ -26,6 +26,7 @@ __all__ = ["SessionHandler", "server_message"]
 
 log = logging.getLogger("conveyor.server.session")
 Send = Callable[[pb.ServerMessage], Awaitable[None]]
+SendNowait = Callable[[pb.ServerMessage], bool]
 
 
 def server_message(action: Action) -> pb.ServerMessage:
@@ -44,13 +45,22 @@ def server_message(action: Action) -> pb.ServerMessage:
 
 
 class Outbox:
-    """Unbounded FIFO of frames for one stream, drained by the writer task."""
+    """FIFO of frames for one stream, drained by the writer task.
 
-    def __init__(self) -> None:
+    With ``send_nowait`` a frame pushed while nothing is queued goes to the stream at
+    once (no hop through the writer task), so a Dispatch decided while an Enqueue is
+    handled is flushed before that Enqueue's reply. Frames queue here only while the
+    stream's buffer is above its high-water mark, which keeps their order.
+    """
+
+    def __init__(self, send_nowait: SendNowait | None = None) -> None:
         self._items: deque[pb.ServerMessage] = deque()
         self._ready = asyncio.Event()
+        self._send_nowait = send_nowait
 
     def push(self, msg: pb.ServerMessage) -> None:
+        if not self._items and self._send_nowait is not None and self._send_nowait(msg):
+            return
         self._items.append(msg)
         self._ready.set()
 
@@ -82,7 +92,14 @@ class SessionHandler:
     def __repr__(self) -> str:
         return f"SessionHandler(live={len(self._live)}, closing={self.closing})"
 
-    async def __call__(self, ctx: CallContext, recv: AsyncIterator[pb.WorkerMessage], send: Send) -> None:
+    async def __call__(
+        self,
+        ctx: CallContext,
+        recv: AsyncIterator[pb.WorkerMessage],
+        send: Send,
+        *,
+        send_nowait: SendNowait | None = None,
+    ) -> None:
         frames = aiter(recv)
         first = await anext(frames, None)
         if first is None:
@@ -90,7 +107,7 @@ class SessionHandler:
         hello = check_hello(first, self.engine.config)
         if self.closing:
             raise Unavailable("node is shutting down; reconnect to another node")
-        outbox = Outbox()
+        outbox = Outbox(send_nowait)
         session = self.engine.open_session(
             queues=dict(hello.queues),
             concurrency=hello.concurrency,
