@@ -61,7 +61,8 @@ class SessionStream:
         self._core = core
         self.protocol = protocol
         self._transport: asyncio.Transport | None = None
-        self._signal = Signal()
+        self._signal = Signal()  # any state change (senders wait on it)
+        self._inbound = Signal()  # a message arrived or the stream ended (``recv`` waits on it)
         self._write_paused = False
         self._loop = asyncio.get_running_loop()
         self._lost: asyncio.Future[None] = self._loop.create_future()
@@ -129,7 +130,7 @@ class SessionStream:
                 if core.error is not None:
                     raise core.error
                 return None
-            await self._wait()
+            await self._inbound.wait()
 
     def recv_nowait(self) -> pb.ServerMessage | None:
         """The next complete server message if one is queued, else None (never waits, never ends)."""
@@ -224,7 +225,9 @@ class SessionStream:
         if self._listener is not None and core.unread:
             self._listener()
         self._write_out()
-        self._notify()
+        self._signal.fire()
+        if core.unread or core.finished:  # nothing to wake ``recv`` for if the listener took it all
+            self._inbound.fire()
 
     def _on_lost(self, exc: Exception | None) -> None:
         self._core.connection_lost(exc)
@@ -234,6 +237,7 @@ class SessionStream:
 
     def _notify(self) -> None:
         self._signal.fire()
+        self._inbound.fire()
 
     async def _wait(self) -> None:
         await self._signal.wait()

@@ -69,6 +69,7 @@ class Driver:
         self.job_cache: dict[str, Job] = {}
         self.stopped: Stop | None = None
         self.parked = False  # True while the loop waits for an event (nothing mid-flight)
+        self.armed: float | None = None  # when the parked loop's timer fires (None: no timer)
         self.counters: dict[str, int] = {
             "jobs_started": 0,
             "handler_failures": 0,
@@ -110,7 +111,7 @@ class Driver:
                 await self._handle(self.events.popleft())
             if self.stopped is not None or self.events:
                 continue
-            deadline = self._next_wake()
+            deadline = self.armed = self._next_wake()
             timer = (
                 None if deadline is None else loop.call_later(max(0.0, deadline - time.time()), self.wake.set)
             )
@@ -250,7 +251,9 @@ class Driver:
                     if not self._execute_now(action):
                         self.post(("actions", actions[i:]))
                         break
-                self.wake.set()  # the loop re-reads the machine's next deadline
+                due = self.machine.next_deadline()
+                if due is not None and (self.armed is None or due < self.armed):
+                    self.wake.set()  # the parked loop's timer is too late now: re-arm it
         except ConveyorError as exc:
             self.post(("eof", epoch, exc))
         except Exception as exc:  # isolation point: a socket callback must never raise
