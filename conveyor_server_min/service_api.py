@@ -61,9 +61,10 @@ class SessionHandler(Protocol):
 
     ``recv`` yields decoded WorkerMessages and ends when the worker half-closes.
     ``send`` applies HTTP/2 flow control (it may wait); it raises ConveyorError
-    when the stream is gone. ``send_nowait``, when given, queues a message at once if
-    the stream has room and returns False otherwise (then ``send`` must be used); the
-    handler uses it so a Dispatch leaves in the turn that produced it. The handler runs as
+    when the stream is gone. ``send_nowait(msg, urgent)``, when given, queues a message
+    at once if the stream has room and returns False otherwise (then ``send`` must be
+    used); ``urgent`` also writes it to the socket in this turn. The handler uses it so
+    a Dispatch leaves in the turn that produced it. The handler runs as
     one task per stream; when the transport cancels it (RST_STREAM, connection loss) it must release the
     session's leased tasks exactly as for a clean close.
     """
@@ -74,7 +75,7 @@ class SessionHandler(Protocol):
         recv: AsyncIterator[pb.WorkerMessage],
         send: Callable[[pb.ServerMessage], Awaitable[None]],
         *,
-        send_nowait: Callable[[pb.ServerMessage], bool] | None = None,
+        send_nowait: Callable[[pb.ServerMessage, bool], bool] | None = None,
     ) -> None: ...
 
 

@@ -251,13 +251,28 @@ class Driver:
                     if not self._execute_now(action):
                         self.post(("actions", actions[i:]))
                         break
-                due = self.machine.next_deadline()
-                if due is not None and (self.armed is None or due < self.armed):
-                    self.wake.set()  # the parked loop's timer is too late now: re-arm it
+                if not self._timer_still_right(msg, actions):
+                    self.wake.set()  # the loop re-reads the machine's next deadline
         except ConveyorError as exc:
             self.post(("eof", epoch, exc))
         except Exception as exc:  # isolation point: a socket callback must never raise
             self.post(("eof", epoch, Internal(f"session stream failed: {exc!r}")))
+
+    def _timer_still_right(self, msg: pb.ServerMessage, actions: list[Action]) -> bool:
+        """Whether the parked loop's timer still fires early enough after this frame.
+
+        Cheap on the hot path (no scan of every job): a Dispatch that started at once only
+        adds its own deadline; anything else (parked deliveries, other frames) re-arms.
+        """
+        if msg.WhichOneof("frame") != "dispatch" or not actions:
+            return False
+        armed = self.armed
+        for action in actions:
+            if not isinstance(action, Start):
+                return False
+            if action.deadline is not None and (armed is None or action.deadline < armed):
+                return False
+        return armed is not None
 
     def _log_frame(self, msg: pb.ServerMessage) -> None:
         if msg.WhichOneof("frame") == "welcome":

@@ -142,12 +142,11 @@ class H2Stream:
             self.out += data
             self._conn.mark_ready(self)
 
-    def try_write(self, data: bytes) -> bool:
+    def try_write(self, data: bytes, *, urgent: bool = False) -> bool:
         if self.reset or len(self.out) > HIGH_WATER:
             return False
-        first = not self.out
         self.out += data
-        if first:  # latency path: the first message of a turn leaves now, later ones batch
+        if urgent:
             self._conn.flush_now(self)
         else:
             self._conn.mark_ready(self)

@@ -146,8 +146,8 @@ class Router:
         async def send(message: pb.ServerMessage) -> None:
             await reply.send(codec.encode(message))
 
-        def send_nowait(message: pb.ServerMessage) -> bool:
-            return reply.try_send(codec.encode(message))
+        def send_nowait(message: pb.ServerMessage, urgent: bool) -> bool:
+            return reply.try_send(codec.encode(message), urgent=urgent)
 
         recv = self._recv_stream(io, neg, encoding)
         try:

@@ -19,7 +19,7 @@ def test_push_goes_out_at_once_while_the_stream_has_room() -> None:
     """With room on the stream, push hands the frame over synchronously (no writer turn)."""
     sent: list[int] = []
 
-    def nowait(msg: pb.ServerMessage) -> bool:
+    def nowait(msg: pb.ServerMessage, urgent: bool) -> bool:
         sent.append(int(msg.cancel.task_id))
         return True
 
@@ -37,7 +37,7 @@ def test_queued_frames_keep_their_order_when_the_stream_is_full() -> None:
     order: list[int] = []
     room = [False]
 
-    def nowait(msg: pb.ServerMessage) -> bool:
+    def nowait(msg: pb.ServerMessage, urgent: bool) -> bool:
         if room[0]:
             order.append(int(msg.cancel.task_id))
         return room[0]

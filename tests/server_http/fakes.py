@@ -78,7 +78,7 @@ class FakeServices:
         recv: AsyncIterator[pb.WorkerMessage],
         send: Callable[[pb.ServerMessage], Awaitable[None]],
         *,
-        send_nowait: Callable[[pb.ServerMessage], bool] | None = None,
+        send_nowait: Callable[[pb.ServerMessage, bool], bool] | None = None,
     ) -> None:
         try:
             await self._session(recv, send)
