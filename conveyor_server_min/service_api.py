@@ -61,8 +61,11 @@ class SessionHandler(Protocol):
 
     ``recv`` yields decoded WorkerMessages and ends when the worker half-closes.
     ``send`` applies HTTP/2 flow control (it may wait); it raises ConveyorError
-    when the stream is gone. The handler runs as one task per stream; when the
-    transport cancels it (RST_STREAM, connection loss) it must release the
+    when the stream is gone. ``send_nowait(msg, urgent)``, when given, queues a message
+    at once if the stream has room and returns False otherwise (then ``send`` must be
+    used); ``urgent`` also writes it to the socket in this turn. The handler uses it so
+    a Dispatch leaves in the turn that produced it. The handler runs as
+    one task per stream; when the transport cancels it (RST_STREAM, connection loss) it must release the
     session's leased tasks exactly as for a clean close.
     """
 
@@ -71,6 +74,8 @@ class SessionHandler(Protocol):
         ctx: CallContext,
         recv: AsyncIterator[pb.WorkerMessage],
         send: Callable[[pb.ServerMessage], Awaitable[None]],
+        *,
+        send_nowait: Callable[[pb.ServerMessage, bool], bool] | None = None,
     ) -> None: ...
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
@@ -60,12 +61,14 @@ class SessionStream:
         self._core = core
         self.protocol = protocol
         self._transport: asyncio.Transport | None = None
-        self._signal = Signal()
+        self._signal = Signal()  # any state change (senders wait on it)
+        self._inbound = Signal()  # a message arrived or the stream ended (``recv`` waits on it)
         self._write_paused = False
         self._loop = asyncio.get_running_loop()
         self._lost: asyncio.Future[None] = self._loop.create_future()
         self._write_scheduled = False
         self._closed = False
+        self._listener: Callable[[], None] | None = None
         self.messages_sent = 0
         self.messages_received = 0
 
@@ -127,7 +130,25 @@ class SessionStream:
                 if core.error is not None:
                     raise core.error
                 return None
-            await self._wait()
+            await self._inbound.wait()
+
+    def recv_nowait(self) -> pb.ServerMessage | None:
+        """The next complete server message if one is queued, else None (never waits, never ends)."""
+        data = self._core.take_message()
+        if data is None:
+            return None
+        self._write_out()
+        self.messages_received += 1
+        return _parse(data)
+
+    def set_listener(self, listener: Callable[[], None] | None) -> None:
+        """Call ``listener()`` from the socket callback whenever complete messages arrived.
+
+        The latency path: the owner can take them with :meth:`recv_nowait` in the same
+        event-loop turn as the read, instead of one turn later through ``recv``. The
+        listener must not raise. ``recv`` keeps working (and sees what was not taken).
+        """
+        self._listener = listener
 
     async def close_send(self) -> None:
         """Half-close the request side (END_STREAM) once queued messages went out."""
@@ -199,9 +220,14 @@ class SessionStream:
             transport.close()
 
     def _on_data(self, data: bytes) -> None:
-        self._core.receive_data(data)
+        core = self._core
+        core.receive_data(data)
+        if self._listener is not None and core.unread:
+            self._listener()
         self._write_out()
-        self._notify()
+        self._signal.fire()
+        if core.unread or core.finished:  # nothing to wake ``recv`` for if the listener took it all
+            self._inbound.fire()
 
     def _on_lost(self, exc: Exception | None) -> None:
         self._core.connection_lost(exc)
@@ -211,6 +237,7 @@ class SessionStream:
 
     def _notify(self) -> None:
         self._signal.fire()
+        self._inbound.fire()
 
     async def _wait(self) -> None:
         await self._signal.wait()

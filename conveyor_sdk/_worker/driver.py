@@ -33,6 +33,7 @@ from conveyor_sdk._protocol.session import (
 from conveyor_sdk._protocol.types import CancelReason
 from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
+from conveyor_sdk._worker.outcomes import cancelled_outcome
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk.errors import ConveyorError, Internal, ProtocolError
 
@@ -63,9 +64,18 @@ class Driver:
         self.opener: asyncio.Task[None] | None = None
         self.reconnect_at: float | None = 0.0  # connect at once
         self.jobs: dict[str, asyncio.Task[None]] = {}
+        # Jobs whose task has not taken its first step yet, with a cancel that came meanwhile.
+        self.unstarted: dict[str, CancelReason | None] = {}
         self.job_cache: dict[str, Job] = {}
         self.stopped: Stop | None = None
-        self.counters: dict[str, int] = {"jobs_started": 0, "handler_failures": 0, "reconnects": 0}
+        self.parked = False  # True while the loop waits for an event (nothing mid-flight)
+        self.armed: float | None = None  # when the parked loop's timer fires (None: no timer)
+        self.counters: dict[str, int] = {
+            "jobs_started": 0,
+            "handler_failures": 0,
+            "reconnects": 0,
+            "frames_in_read_turn": 0,  # frames handled by the read-time fast path (_take_frames)
+        }
         self._control = JobControl(report_progress=self._progress_from_any_thread)
         self._thread_id = threading.get_ident()
 
@@ -101,11 +111,15 @@ class Driver:
                 await self._handle(self.events.popleft())
             if self.stopped is not None or self.events:
                 continue
-            deadline = self._next_wake()
+            deadline = self.armed = self._next_wake()
             timer = (
                 None if deadline is None else loop.call_later(max(0.0, deadline - time.time()), self.wake.set)
             )
-            await self.wake.wait()
+            self.parked = True
+            try:
+                await self.wake.wait()
+            finally:
+                self.parked = False
             self.wake.clear()
             if timer is not None:
                 timer.cancel()
@@ -120,6 +134,8 @@ class Driver:
         if kind == "frame":
             if event[1] == self.stream_epoch:
                 await self._execute(self.machine.receive(event[2], now, self._can_start))
+        elif kind == "actions":  # left over by the read-time fast path (see _take_frames)
+            await self._execute(event[1])
         elif kind == "done":
             self._log_failures(event[1], event[2])
             self.jobs.pop(event[1], None)
@@ -146,14 +162,27 @@ class Driver:
             self.log.info("draining (grace %.1fs)", grace)
             await self._execute(self.machine.drain(now, grace))
 
+    def _execute_now(self, action: Action) -> bool:
+        """Carry out an action that needs no waiting; False if it must be awaited."""
+        if isinstance(action, Start):
+            self._start(action.delivery, action.deadline)
+        elif isinstance(action, Cancel):
+            if action.job_id in self.unstarted:  # the executor has not seen the job yet
+                self.unstarted[action.job_id] = action.reason
+            else:
+                self.executor.cancel(action.job_id, action.reason)
+        elif isinstance(action, Notice):
+            self.log.warning("%s", action.message)
+        else:
+            return False
+        return True
+
     async def _execute(self, actions: list[Action]) -> None:
         for action in actions:
+            if self._execute_now(action):
+                continue
             if isinstance(action, Send):
                 await self._send(action.message)
-            elif isinstance(action, Start):
-                self._start(action.delivery, action.deadline)
-            elif isinstance(action, Cancel):
-                self.executor.cancel(action.job_id, action.reason)
             elif isinstance(action, CloseSend):
                 await self._close_send()
             elif isinstance(action, Abort):
@@ -165,8 +194,6 @@ class Driver:
                 self.reconnect_at = time.time() + action.delay
             elif isinstance(action, Stop):
                 self._stop(action)
-            elif isinstance(action, Notice):
-                self.log.warning("%s", action.message)
 
     def _stop(self, action: Stop) -> None:
         self.stopped = action
@@ -199,9 +226,58 @@ class Driver:
             return
         self.stream = result
         actions = self.machine.connect(now)
-        self.stream_epoch = self.machine.epoch
+        self.stream_epoch = epoch = self.machine.epoch
+        result.set_listener(lambda: self._take_frames(result, epoch))
         self.reader = asyncio.create_task(self._read(result, self.stream_epoch))
         await self._execute(actions)
+
+    def _take_frames(self, stream: Any, epoch: int) -> None:
+        """Socket-callback fast path: while the loop is parked, handle frames in the read's own turn.
+
+        A Dispatch then starts its job one event-loop turn after the bytes arrive, instead of
+        three (reader task, driver, job task). Actions that must be awaited (sends, reconnects)
+        go to the loop as one event, in order; frames the loop is not free for stay queued on
+        the stream for the reader task. Runs inside ``data_received``: never raises.
+        """
+        try:
+            while self.parked and not self.events and self.stopped is None and epoch == self.stream_epoch:
+                msg = stream.recv_nowait()
+                if msg is None:
+                    return
+                self._log_frame(msg)
+                self.counters["frames_in_read_turn"] += 1
+                actions = self.machine.receive(msg, time.time(), self._can_start)
+                for i, action in enumerate(actions):
+                    if not self._execute_now(action):
+                        self.post(("actions", actions[i:]))
+                        break
+                if not self._timer_still_right(msg, actions):
+                    self.wake.set()  # the loop re-reads the machine's next deadline
+        except ConveyorError as exc:
+            self.post(("eof", epoch, exc))
+        except Exception as exc:  # isolation point: a socket callback must never raise
+            self.post(("eof", epoch, Internal(f"session stream failed: {exc!r}")))
+
+    def _timer_still_right(self, msg: pb.ServerMessage, actions: list[Action]) -> bool:
+        """Whether the parked loop's timer still fires early enough after this frame.
+
+        Cheap on the hot path (no scan of every job): a Dispatch that started at once only
+        adds its own deadline; anything else (parked deliveries, other frames) re-arms.
+        """
+        if msg.WhichOneof("frame") != "dispatch" or not actions:
+            return False
+        armed = self.armed
+        for action in actions:
+            if not isinstance(action, Start):
+                return False
+            if action.deadline is not None and (armed is None or action.deadline < armed):
+                return False
+        return armed is not None
+
+    def _log_frame(self, msg: pb.ServerMessage) -> None:
+        if msg.WhichOneof("frame") == "welcome":
+            w = msg.welcome
+            self.log.info("session %s established (server %s)", w.session_id, w.server_version)
 
     async def _read(self, stream: Any, epoch: int) -> None:
         try:
@@ -210,9 +286,7 @@ class Driver:
                 if msg is None:
                     self.post(("eof", epoch, None))
                     return
-                if msg.WhichOneof("frame") == "welcome":
-                    w = msg.welcome
-                    self.log.info("session %s established (server %s)", w.session_id, w.server_version)
+                self._log_frame(msg)
                 self.post(("frame", epoch, msg))
         except ConveyorError as exc:
             self.post(("eof", epoch, exc))
@@ -253,6 +327,7 @@ class Driver:
 
     async def _close_stream(self, stream: Any, reader: asyncio.Task[None] | None) -> None:
         if stream is not None:
+            stream.set_listener(None)
             try:
                 await stream.aclose()
             except Exception as exc:  # isolation point: closing must not fail the worker
@@ -278,9 +353,15 @@ class Driver:
         job = with_deadline(self._job(delivery), deadline)
         self.job_cache.pop(delivery.job_id, None)
         self.counters["jobs_started"] += 1
+        self.unstarted[job.job_id] = None
         self.jobs[job.job_id] = asyncio.create_task(self._run_job(job), name=f"conveyor-job-{job.job_id}")
 
     async def _run_job(self, job: Job) -> None:
+        if self.unstarted.pop(job.job_id, None) is not None:
+            # Cancelled between Start and this first step (e.g. Dispatch and Cancel in one read):
+            # the handler never runs; the machine turns this into the cancel reason's outcome.
+            self.post(("done", job.job_id, [cancelled_outcome() for _ in job.tasks]))
+            return
         try:
             outcomes = await self.executor.run(job, self._control)
         except asyncio.CancelledError:

@@ -87,6 +87,9 @@ class _Exchange:
     def write_nowait(self, data: bytes) -> None:
         self._conn.response_body.append(data)
 
+    def try_write(self, data: bytes, *, urgent: bool = False) -> bool:
+        return False  # no full-duplex streams on HTTP/1.1: writers always take ``write``
+
     def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
         if not self.done:
             self.done = True

@@ -229,6 +229,21 @@ class H2Connection:
         self._ready[st.id] = st
         self._schedule_flush()
 
+    def flush_now(self, st: H2Stream) -> None:
+        """Write ``st``'s bytes at once unless a flush is already due this turn (then join it).
+
+        At most one immediate write per connection per event-loop turn: later writes of the
+        same turn batch into the scheduled flush.
+        """
+        if self._flush_scheduled or self._write_paused or self._closed:
+            self.mark_ready(st)
+            return
+        self._flush_stream(st)
+        self._write_out()
+        if st.out:
+            self._ready[st.id] = st
+        self._schedule_flush()
+
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled and not self._closed:
             self._flush_scheduled = True

@@ -142,6 +142,16 @@ class H2Stream:
             self.out += data
             self._conn.mark_ready(self)
 
+    def try_write(self, data: bytes, *, urgent: bool = False) -> bool:
+        if self.reset or len(self.out) > HIGH_WATER:
+            return False
+        self.out += data
+        if urgent:
+            self._conn.flush_now(self)
+        else:
+            self._conn.mark_ready(self)
+        return True
+
     def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
         if self.finished or self.reset:
             return

@@ -61,6 +61,12 @@ class CallIO(Protocol):
     def write_nowait(self, data: bytes) -> None:
         """Queue a small body without waiting (error bodies, health checks)."""
 
+    def try_write(self, data: bytes, *, urgent: bool = False) -> bool:
+        """Queue body bytes now if the buffer is below its high-water mark; False = use ``write``.
+
+        ``urgent``: put them on the socket in this turn (once per turn and connection).
+        """
+
     def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
         """End the response, with HTTP trailers when given (HTTP/2 only)."""
 
@@ -102,6 +108,17 @@ class Reply:
         if not self.started:
             self.start()
         await self.io.write(encode_message(payload))
+
+    def try_send(self, payload: bytes, *, urgent: bool = False) -> bool:
+        """Queue one framed message without waiting when the stream has room (else False).
+
+        The session's latency path: an ``urgent`` Dispatch (one decided while another
+        request, such as an Enqueue, is handled) is written in that same turn, before
+        the Enqueue's reply.
+        """
+        if not self.started:
+            self.start()
+        return self.io.try_write(encode_message(payload), urgent=urgent)
 
     async def unary(self, payload: bytes) -> None:
         """Send a unary success response."""

@@ -146,9 +146,12 @@ class Router:
         async def send(message: pb.ServerMessage) -> None:
             await reply.send(codec.encode(message))
 
+        def send_nowait(message: pb.ServerMessage, urgent: bool) -> bool:
+            return reply.try_send(codec.encode(message), urgent=urgent)
+
         recv = self._recv_stream(io, neg, encoding)
         try:
-            await self.services.session(ctx, recv, send)
+            await self.services.session(ctx, recv, send, send_nowait=send_nowait)
         finally:
             with contextlib.suppress(RuntimeError):  # still being iterated by a reader task
                 await recv.aclose()

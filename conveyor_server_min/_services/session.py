@@ -26,6 +26,7 @@ __all__ = ["SessionHandler", "server_message"]
 
 log = logging.getLogger("conveyor.server.session")
 Send = Callable[[pb.ServerMessage], Awaitable[None]]
+SendNowait = Callable[[pb.ServerMessage, bool], bool]
 
 
 def server_message(action: Action) -> pb.ServerMessage:
@@ -44,13 +45,28 @@ def server_message(action: Action) -> pb.ServerMessage:
 
 
 class Outbox:
-    """Unbounded FIFO of frames for one stream, drained by the writer task."""
+    """FIFO of frames for one stream, drained by the writer task.
 
-    def __init__(self) -> None:
+    With ``send_nowait`` a frame pushed while nothing is queued goes to the stream at
+    once (no hop through the writer task). Frames queue here only while the stream's
+    buffer is above its high-water mark, which keeps their order.
+
+    Latency versus batching: a frame caused by this session's own traffic (a Result
+    freeing a slot, handled while ``own_turn`` is set) joins the turn's batched flush;
+    any other frame (a Dispatch decided while an Enqueue is handled, a timer, an admin
+    call) is written to the socket in the same turn, before that request's reply.
+    """
+
+    def __init__(self, send_nowait: SendNowait | None = None) -> None:
         self._items: deque[pb.ServerMessage] = deque()
         self._ready = asyncio.Event()
+        self._send_nowait = send_nowait
+        self.own_turn = False
 
     def push(self, msg: pb.ServerMessage) -> None:
+        send_nowait = self._send_nowait
+        if not self._items and send_nowait is not None and send_nowait(msg, not self.own_turn):
+            return
         self._items.append(msg)
         self._ready.set()
 
@@ -82,7 +98,14 @@ class SessionHandler:
     def __repr__(self) -> str:
         return f"SessionHandler(live={len(self._live)}, closing={self.closing})"
 
-    async def __call__(self, ctx: CallContext, recv: AsyncIterator[pb.WorkerMessage], send: Send) -> None:
+    async def __call__(
+        self,
+        ctx: CallContext,
+        recv: AsyncIterator[pb.WorkerMessage],
+        send: Send,
+        *,
+        send_nowait: SendNowait | None = None,
+    ) -> None:
         frames = aiter(recv)
         first = await anext(frames, None)
         if first is None:
@@ -90,7 +113,7 @@ class SessionHandler:
         hello = check_hello(first, self.engine.config)
         if self.closing:
             raise Unavailable("node is shutting down; reconnect to another node")
-        outbox = Outbox()
+        outbox = Outbox(send_nowait)
         session = self.engine.open_session(
             queues=dict(hello.queues),
             concurrency=hello.concurrency,
@@ -122,7 +145,7 @@ class SessionHandler:
         send: Send,
         stop: asyncio.Event,
     ) -> None:
-        reader = asyncio.ensure_future(self._read(session, frames))
+        reader = asyncio.ensure_future(self._read(session, frames, outbox))
         writer = asyncio.ensure_future(outbox.drain(send))
         stopper = asyncio.ensure_future(stop.wait())
         try:
@@ -140,9 +163,15 @@ class SessionHandler:
             if exc is not None:
                 raise Internal("session stream failed") from exc
 
-    async def _read(self, session: SessionState, frames: AsyncIterator[pb.WorkerMessage]) -> None:
+    async def _read(
+        self, session: SessionState, frames: AsyncIterator[pb.WorkerMessage], outbox: Outbox
+    ) -> None:
         async for msg in frames:
-            self._frame(session, msg)
+            outbox.own_turn = True
+            try:
+                self._frame(session, msg)
+            finally:
+                outbox.own_turn = False
 
     def _frame(self, session: SessionState, msg: pb.WorkerMessage) -> None:
         kind = msg.WhichOneof("frame")

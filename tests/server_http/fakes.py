@@ -77,6 +77,8 @@ class FakeServices:
         ctx: CallContext,
         recv: AsyncIterator[pb.WorkerMessage],
         send: Callable[[pb.ServerMessage], Awaitable[None]],
+        *,
+        send_nowait: Callable[[pb.ServerMessage, bool], bool] | None = None,
     ) -> None:
         try:
             await self._session(recv, send)

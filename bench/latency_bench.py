@@ -1,0 +1,161 @@
+"""Enqueue-to-handler-start latency: our Worker, our runtime, a grpc.aio baseline, conveyorq.
+
+One fresh reference server (dev mode) serves every worker in the run. Each worker runs in
+its own process on its own queue and is measured alone: the producer (this process, our
+async Client) sends one unary Enqueue every ``--gap`` ms on an idle queue and records
+``time.monotonic_ns()`` just before each call; the handler's first line records the same
+clock (see ``bench/_latency_workers.py``). Latency = handler start - send.
+
+The upstream ``conveyorq`` SDK is measured when ``--conveyorq-python`` names an interpreter
+that has it installed (or this one does); otherwise that row is skipped with a note.
+
+Run:  .venv/bin/python bench/latency_bench.py [--tasks 200] [--gap-ms 20] [--rounds 3]
+          [--conveyorq-python /path/to/venv/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from conveyor_sdk.client import Client  # noqa: E402
+from conveyor_server_min.testing import ServerProcess  # noqa: E402
+
+WORKERS = ROOT / "bench" / "_latency_workers.py"
+
+
+def command(kind: str, url: str, queue: str, conveyorq_python: str | None) -> list[str]:
+    if kind == "runtime":
+        conveyor = str(Path(sys.executable).with_name("conveyor"))
+        return [conveyor, "worker", "bench._latency_workers:app", "--server", url,
+                "-q", f"{queue}=1", "--processes", "1"]  # fmt: skip
+    python = conveyorq_python if kind == "conveyorq" and conveyorq_python else sys.executable
+    return [python, str(WORKERS), kind, url, queue]
+
+
+def read_lines(path: str) -> dict[int, int]:
+    out: dict[int, int] = {}
+    with open(path, "rb") as f:
+        for line in f:
+            seq, _, ns = line.strip().partition(b" ")
+            if seq.isdigit():
+                out[int(seq)] = int(ns)
+    return out
+
+
+async def wait_for(path: str, seq: int, within: float) -> None:
+    end = time.monotonic() + within
+    while seq not in read_lines(path):
+        if time.monotonic() > end:
+            raise TimeoutError(f"task {seq} never started (see {path})")
+        await asyncio.sleep(0.01)
+
+
+async def produce(url: str, queue: str, path: str, n: int, gap: float) -> list[float]:
+    async with Client(url) as client:
+        # warm-up: the worker is connected once the first task runs
+        await client.enqueue("lat", b"-1", queue=queue, content_type="application/octet-stream")
+        end = time.monotonic() + 60
+        while not read_lines_or_empty(path):
+            if time.monotonic() > end:
+                raise TimeoutError("worker never ran the warm-up task")
+            await asyncio.sleep(0.02)
+        sent: dict[int, int] = {}
+        for i in range(1, n + 1):
+            t0 = time.monotonic_ns()
+            sent[i] = t0
+            await client.enqueue("lat", str(i).encode(), queue=queue, content_type="application/octet-stream")
+            await asyncio.sleep(max(0.0, gap - (time.monotonic_ns() - t0) / 1e9))
+        await wait_for(path, n, 30)
+    started = read_lines(path)
+    return [(started[i] - sent[i]) / 1e6 for i in range(1, n + 1)]
+
+
+def read_lines_or_empty(path: str) -> bool:
+    """True once the worker wrote anything (the warm-up task ran)."""
+    return os.path.exists(path) and os.path.getsize(path) > 0
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+def measure(kind: str, url: str, n: int, gap: float, conveyorq_python: str | None) -> dict[str, float]:
+    queue = f"lat-{kind}-{time.monotonic_ns()}"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "lat.txt")
+        env = {**os.environ, "LAT_OUT": path, "PYTHONPATH": str(ROOT)}
+        log = open(os.path.join(tmp, "worker.log"), "wb")  # noqa: SIM115 — closed below
+        proc = subprocess.Popen(
+            command(kind, url, queue, conveyorq_python), env=env, cwd=ROOT,
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            lat = asyncio.run(produce(url, queue, path, n, gap))
+        except TimeoutError:
+            log.flush()
+            sys.stderr.write(Path(log.name).read_text(errors="replace")[-3000:])
+            raise
+        finally:
+            log.close()
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    return {"p50": pct(lat, 50), "p90": pct(lat, 90), "p99": pct(lat, 99)}
+
+
+def has_conveyorq(python: str | None) -> str | None:
+    exe = python or sys.executable
+    ok = subprocess.run([exe, "-c", "import conveyorq"], check=False, capture_output=True).returncode == 0
+    return exe if ok else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=int, default=200)
+    ap.add_argument("--gap-ms", type=float, default=20.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--conveyorq-python", default=None)
+    ap.add_argument("--kinds", default="ours,runtime,grpc,conveyorq")
+    args = ap.parse_args()
+    cq = has_conveyorq(args.conveyorq_python)
+    kinds = [k for k in args.kinds.split(",") if k != "conveyorq" or cq]
+    if "conveyorq" in args.kinds and not cq:
+        print("conveyorq not installed (pass --conveyorq-python): row skipped")
+    rows: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
+    print(f"{args.tasks} tasks per worker, one every {args.gap_ms:g} ms, {args.rounds} rounds; ms")
+    with ServerProcess(["--dev"]) as server:
+        for r in range(args.rounds):
+            for kind in kinds:
+                res = measure(kind, server.url, args.tasks, args.gap_ms / 1000, cq)
+                rows[kind].append(res)
+                print(f"  round {r + 1}: {kind:<10} p50 {res['p50']:.3f}  p90 {res['p90']:.3f}"
+                      f"  p99 {res['p99']:.3f}", flush=True)  # fmt: skip
+    print(f"{'worker':<12}{'p50':>9}{'p90':>9}{'p99':>9}   (median of rounds)")
+    med = {k: {p: statistics.median(x[p] for x in v) for p in ("p50", "p90", "p99")} for k, v in rows.items()}
+    for kind, m in med.items():
+        print(f"{kind:<12}{m['p50']:>9.3f}{m['p90']:>9.3f}{m['p99']:>9.3f}")
+    base = "conveyorq" if "conveyorq" in med else "grpc" if "grpc" in med else None
+    if base is not None:
+        for kind in med:
+            if kind != base:
+                print(f"{kind} / {base}: p50 {med[kind]['p50'] / med[base]['p50']:.2f}"
+                      f"  p99 {med[kind]['p99'] / med[base]['p99']:.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
