@@ -37,6 +37,7 @@ from google.protobuf.message import (  # type: ignore[import-untyped]  # protobu
 )
 from google.protobuf.message import Message as _ProtoMessage
 
+from conveyor_sdk._gojson import encode_go, needs_rewrite
 from conveyor_sdk.errors import InvalidArgument
 
 __all__ = [
@@ -118,11 +119,16 @@ class JSONCodec:
         self._decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 
     def encode(self, value: Any) -> bytes:
-        """Compact JSON; ``<``, ``>``, ``&``, U+2028/9 escaped like Go unless disabled."""
+        """Compact JSON with Go's bytes; ``<``, ``>``, ``&``, U+2028/9 escaped like Go unless disabled."""
         try:
             data = self._encoder.encode(value)
-        except (TypeError, msgspec.EncodeError) as exc:
-            raise CodecError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
+            if needs_rewrite(data):
+                data = encode_go(value)
+        except (TypeError, msgspec.EncodeError):
+            try:  # int map keys: refused by msgspec's sorted mode, written by Go as sorted strings
+                data = encode_go(value)
+            except (TypeError, msgspec.EncodeError) as exc:
+                raise CodecError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
         if self.html_escape:
             # These bytes can only occur inside JSON strings, so a plain replace is exact.
             for raw, escaped in _GO_ESCAPES:
