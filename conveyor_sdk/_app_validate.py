@@ -43,8 +43,9 @@ def check_payload(definition: TaskDefinition[Any, Any], data: bytes) -> None:
         detail = str(cause) if cause is not None else exc.message
         match = _PATH.search(detail)
         path = match.group(1) if match else "$"
+        reason = detail[: match.start()] if match else detail
         name = _type_name(definition.element_type)
         raise ValidationError(
-            f"payload for task {definition.type!r} does not match {name}: {detail}",
+            f"payload for task {definition.type!r} does not match {name} at {path}: {reason}",
             details={"path": path},
         ) from exc
