@@ -108,7 +108,7 @@ def encode_header(key_id: str) -> bytes:
     return bytes((VERSION, len(raw))) + raw
 
 
-def decode_header(data: bytes) -> tuple[str, int]:
+def decode_header(data: bytes | memoryview) -> tuple[str, int]:
     """``(key_id, header_length)``; :class:`MalformedCiphertext` when the framing is wrong."""
     if len(data) < 2:
         raise MalformedCiphertext(f"sealed payload is {len(data)} bytes, shorter than its header")
@@ -119,7 +119,7 @@ def decode_header(data: bytes) -> tuple[str, int]:
     if len(data) < end + NONCE_BYTES + TAG_BYTES:
         raise MalformedCiphertext(f"sealed payload is truncated ({len(data)} bytes)")
     try:
-        return data[2:end].decode(), end
+        return bytes(data[2:end]).decode(), end
     except UnicodeDecodeError:
         raise MalformedCiphertext("key id in the sealed payload is not UTF-8") from None
 
@@ -230,7 +230,7 @@ class Keyring:
 
     def decrypt(self, ciphertext: bytes) -> bytes:
         """Open a payload sealed under any key of the ring (errors: see the module docstring)."""
-        data = bytes(ciphertext)
+        data = memoryview(ciphertext).toreadonly()
         key_id, end = decode_header(data)
         aead = self._aeads.get(key_id)
         if aead is None:
