@@ -71,7 +71,8 @@ def main() -> None:
         seal_request_sync(req, ring)
         run_now(open_task(task_of(req.payload, dict(req.metadata)), ring))
 
-    print(f"{'payload':>9} {'plain us':>10} {'sealed us':>10} {'added us':>9} {'crypto us':>10} {'crypto MB/s':>12}")
+    head = ("payload", "plain us", "sealed us", "added us", "crypto us", "crypto MB/s")
+    print("{:>9} {:>10} {:>10} {:>9} {:>10} {:>12}".format(*head))
     for size in SIZES:
         payload = os.urandom(size)
         number = min(3000, max(100, 4_000_000 // size))
