@@ -124,10 +124,10 @@ class JSONCodec:
             data = self._encoder.encode(value)
             if needs_rewrite(data):
                 data = encode_go(value)
-        except (TypeError, msgspec.EncodeError):
+        except (TypeError, UnicodeEncodeError, msgspec.EncodeError):
             try:  # int map keys: refused by msgspec's sorted mode, written by Go as sorted strings
                 data = encode_go(value)
-            except (TypeError, msgspec.EncodeError) as exc:
+            except (TypeError, UnicodeEncodeError, msgspec.EncodeError) as exc:
                 raise CodecError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
         if self.html_escape:
             # These bytes can only occur inside JSON strings, so a plain replace is exact.

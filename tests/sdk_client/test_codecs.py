@@ -179,9 +179,11 @@ def test_json_decode_errors_are_typed() -> None:
 
 
 def test_json_encode_error_is_typed() -> None:
-    """A value msgspec cannot encode raises CodecError, not a foreign exception."""
+    """A value msgspec cannot encode (or a lone surrogate) raises CodecError, not a foreign exception."""
     with pytest.raises(CodecError, match="cannot encode object"):
         JSONCodec().encode(object())
+    with pytest.raises(CodecError, match="surrogates"):
+        JSONCodec().encode({"s": "\ud800"})
 
 
 def test_octet_stream_and_protobuf_round_trip() -> None:

@@ -60,11 +60,13 @@ def test_sealed_and_plain_tasks_share_a_queue(url: str) -> None:
 
     async def main() -> None:
         async with Client(url, encryption=Keyring(OLD)) as old_producer:
-            sealed_old = await old_producer.enqueue("enc:raw", {"n": 1}, queue="enc-a", metadata={"k": "v"})
+            sealed_old = await old_producer.enqueue(
+                "enc:raw", {"n": 1}, queue="enc-a", metadata={"k": "v"}, retention=600
+            )
         async with Client(url, encryption=ring) as client:
             sealed_new = await client.enqueue("enc:raw", {"n": 2}, queue="enc-a", retention=600)
         async with Client(url) as plain, running(reg, url, "enc-a", encryption=ring):
-            clear = await plain.enqueue("enc:raw", {"n": 3}, queue="enc-a")
+            clear = await plain.enqueue("enc:raw", {"n": 3}, queue="enc-a", retention=600)
             for info in (sealed_old, clear):
                 await settled(plain, info.id, TaskState.COMPLETED)
             stored = await settled(plain, sealed_new.id, TaskState.COMPLETED)
@@ -135,8 +137,9 @@ def test_app_encryption_serves_typed_enqueue_batch_tx_and_worker(url: str) -> No
     async def main() -> None:
         async with Client(url) as client, running(app, url, "enc-app"):
             one = await order.enqueue(client, Order(order_id=1), retention=600)
-            batch = await client.enqueue_batch([order.spec(Order(order_id=2)), order.spec({"order_id": 3})])
-            tx = await client.enqueue_tx([order.spec(Order(order_id=4))])
+            specs = [order.spec(Order(order_id=2), retention=600), order.spec({"order_id": 3}, retention=600)]
+            batch = await client.enqueue_batch(specs)
+            tx = await client.enqueue_tx([order.spec(Order(order_id=4), retention=600)])
             ids = [one.id, *(r.task.id for r in batch if r.task), *(t.id for t in tx)]
             for task_id in ids:
                 await settled(client, task_id, TaskState.COMPLETED)
@@ -161,8 +164,9 @@ def test_sync_client_with_async_encryptor(url: str) -> None:
             return ring.decrypt(ciphertext)
 
     with SyncClient(url, encryption=Kms()) as producer:
-        info = producer.enqueue("enc:kms", b"raw-bytes", queue="enc-kms")
-        spec_ids = [t.id for t in producer.enqueue_tx([TaskSpec("enc:kms", b"tx-bytes", queue="enc-kms")])]
+        info = producer.enqueue("enc:kms", b"raw-bytes", queue="enc-kms", retention=600)
+        tx = producer.enqueue_tx([TaskSpec("enc:kms", b"tx-bytes", queue="enc-kms", retention=600)])
+        spec_ids = [t.id for t in tx]
     seen: list[bytes] = []
     reg = Registry()
 
