@@ -181,3 +181,31 @@ def test_sync_client_with_async_encryptor(url: str) -> None:
 
     asyncio.run(main())
     assert sorted(seen) == [b"raw-bytes", b"tx-bytes"]
+
+
+def test_batch_members_that_cannot_be_opened_are_answered_alone(url: str) -> None:
+    """In a group batch, an unopenable member fails by itself; the handler gets the others, opened."""
+    reg = Registry()
+    calls: list[list[bytes]] = []
+
+    @reg.batch_handler("enc:agg")
+    async def agg(tasks: list[TaskData], ctx: TaskContext) -> None:
+        calls.append([t.payload for t in tasks])
+        assert all(MARKER_KEY not in t.metadata for t in tasks)
+
+    async def main() -> list[TaskInfo]:
+        keep: dict[str, Any] = {"group": "g-enc", "queue": "enc-agg", "retention": 600, "max_retry": 1}
+        keep["retry_policy"] = FAST_RETRY
+        async with Client(url, encryption=Keyring(NEW)) as new, Client(url, encryption=Keyring(OLD)) as old:
+            first = await new.enqueue("enc:agg", b"one", **keep)
+            stray = await old.enqueue("enc:agg", b"two", **keep)
+        async with Client(url) as plain:
+            third = await plain.enqueue("enc:agg", b"three", **keep)
+            async with running(reg, url, "enc-agg", encryption=Keyring(NEW)):
+                done = [await settled(plain, t.id, TaskState.COMPLETED) for t in (first, third)]
+                failed = await settled(plain, stray.id, TaskState.ARCHIVED)
+        return [*done, failed]
+
+    *_, failed = asyncio.run(main())
+    assert calls == [[b"one", b"three"]]
+    assert failed.id in failed.last_error and "2026-q2" in failed.last_error
