@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["encode_go", "go_datetime", "go_float", "needs_rewrite"]
+__all__ = ["FLOATS", "VALUES", "encode_go", "go_datetime", "go_float", "needs_rewrite", "rewrite_floats"]
 
 # Where msgspec's bytes can differ from Go's: one C-speed scan for short triggers, then a check
 # around each (rare) hit.
@@ -38,16 +38,40 @@ _FRACTION_ZEROS = re.compile(r"(\.\d*?)0+(?=Z|[+-]\d\d:\d\d$)")
 _PLAIN = msgspec.json.Encoder()
 
 
-def needs_rewrite(data: bytes) -> bool:
-    """True when msgspec's bytes may differ from Go's (see the module docstring)."""
+FLOATS = 1  # only float spellings differ: rewrite the number tokens of the bytes
+VALUES = 2  # datetimes (strings in the output) differ: rebuild from the value
+
+
+def needs_rewrite(data: bytes) -> int:
+    """0, :data:`FLOATS` or :data:`VALUES`: what msgspec's bytes need to become Go's."""
     hit = _TRIGGER.search(data)
     while hit is not None:
         at = hit.start()
         check, before, after = _CHECKS[data[at]]
         if check.search(data, max(0, at - before), at + after):
-            return True
+            if check is _TIME_ZERO:
+                return VALUES
+            return VALUES if _TIME_ZERO.search(data, at) else FLOATS
         hit = _TRIGGER.search(data, at + 1)
-    return False
+    return 0
+
+
+# Everything up to the next number token (strings skipped whole), then the number; or, after the
+# last number, everything up to the end (so a search never restarts inside a string).
+_NUMBER = re.compile(rb'(?:"(?:[^"\\]|\\.)*"|[^"0-9-])*(?:(-?[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?)|$)')
+
+
+def _number(match: re.Match[bytes]) -> bytes:
+    token = match.group(1)
+    if token is None or (b"." not in token and b"e" not in token):
+        return match.group(0)  # an int: Go writes it the same way
+    cut = match.start(1) - match.start(0)
+    return match.group(0)[:cut] + go_float(float(token)).encode()
+
+
+def rewrite_floats(data: bytes) -> bytes:
+    """msgspec's bytes with every float token in Go's spelling (strings untouched)."""
+    return _NUMBER.sub(_number, data)
 
 
 def _digits(f: float) -> tuple[str, int]:

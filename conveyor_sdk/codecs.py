@@ -37,7 +37,7 @@ from google.protobuf.message import (  # type: ignore[import-untyped]  # protobu
 )
 from google.protobuf.message import Message as _ProtoMessage
 
-from conveyor_sdk._gojson import encode_go, needs_rewrite
+from conveyor_sdk._gojson import FLOATS, encode_go, needs_rewrite, rewrite_floats
 from conveyor_sdk.errors import InvalidArgument
 
 __all__ = [
@@ -122,7 +122,10 @@ class JSONCodec:
         """Compact JSON with Go's bytes; ``<``, ``>``, ``&``, U+2028/9 escaped like Go unless disabled."""
         try:
             data = self._encoder.encode(value)
-            if needs_rewrite(data):
+            rewrite = needs_rewrite(data)
+            if rewrite == FLOATS:
+                data = rewrite_floats(data)
+            elif rewrite:
                 data = encode_go(value)
         except (TypeError, UnicodeEncodeError, msgspec.EncodeError):
             try:  # int map keys: refused by msgspec's sorted mode, written by Go as sorted strings
