@@ -56,17 +56,24 @@ def needs_rewrite(data: bytes) -> int:
     return 0
 
 
-# Everything up to the next number token (strings skipped whole), then the number; or, after the
-# last number, everything up to the end (so a search never restarts inside a string).
-_NUMBER = re.compile(rb'(?:"(?:[^"\\]|\\.)*"|[^"0-9-])*(?:(-?[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?)|$)')
+# Skipped whole: strings, punctuation, and numbers msgspec already spells like Go (ints, fractions
+# without exponent; msgspec never writes a trailing zero except in ``.0``). Captured: the next number
+# that differs (``1.0``, ``1e-6``, ``1e20``), or nothing at the end (so a search never restarts inside
+# a string).
+_NUMBER = re.compile(
+    rb'(?:"(?:[^"\\]++|\\.)*+"|[^"0-9-]++|-?[0-9]++(?:\.[0-9]*[1-9])?(?![.0-9e]))*+'  # possessive: linear
+    rb"(?:(-?[0-9]+(?:\.0(?![0-9])|(?:\.[0-9]+)?e[+-]?[0-9]+))|$)"
+)
 
 
 def _number(match: re.Match[bytes]) -> bytes:
     token = match.group(1)
-    if token is None or (b"." not in token and b"e" not in token):
-        return match.group(0)  # an int: Go writes it the same way
-    cut = match.start(1) - match.start(0)
-    return match.group(0)[:cut] + go_float(float(token)).encode()
+    if token is None:
+        return match.group(0)
+    head = match.group(0)[: match.start(1) - match.start(0)]
+    if b"e" in token:
+        return head + go_float(float(token)).encode()
+    return head + token[:-2]  # 1.0 -> 1
 
 
 def rewrite_floats(data: bytes) -> bytes:
