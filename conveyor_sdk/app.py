@@ -21,7 +21,9 @@ bytes -> ``application/octet-stream``, protobuf -> ``application/x-protobuf``,
 anything else -> ``application/json`` (override with ``content_type=``). The same
 type decodes deliveries on the worker; a payload that does not decode is
 reported ``SKIP_RETRY`` with the codec's message (retrying the same bytes cannot
-succeed). Decorator options are the defaults of every enqueue and can be
+succeed). Enqueue checks the payload the same way first, so a mistake raises
+:class:`~conveyor_sdk.client.ValidationError` (``err.path`` = the bad field) on
+the producer instead of reaching a worker. Decorator options are the defaults of every enqueue and can be
 overridden per call.
 """
 

@@ -31,16 +31,13 @@ Bring your own KMS/HSM codec by implementing :class:`Encryptor` (``encrypt`` /
 ``decrypt`` returning bytes or awaitables). Failures a worker reports, all
 naming the task id, and whether the task's retry budget is spent on them:
 
-===========================  =====================================================  =========
-error                        when                                                   retried
-===========================  =====================================================  =========
-:class:`NoEncryptionKeys`    marked task, worker configured without encryption      yes
-:class:`UnknownKeyId`        the payload's key id is not in the worker's ring       yes
-:class:`AuthenticationFailed` GCM tag fails (wrong secret under that id, tampering)  yes
-:class:`MalformedCiphertext` too short for the framing / key id not UTF-8           no
-(framing version other than 1)                                                      yes
-any exception of a custom Encryptor                                                 yes
-===========================  =====================================================  =========
+* :class:`NoEncryptionKeys`: marked task, worker without encryption: retried;
+* :class:`UnknownKeyId`: the payload's key id is not in the worker's ring: retried;
+* :class:`AuthenticationFailed`: the GCM tag fails (wrong secret under that id,
+  tampering): retried;
+* :class:`MalformedCiphertext`: too short for the framing or key id not UTF-8:
+  **not** retried (``SKIP_RETRY``); a framing version other than 1: retried;
+* any exception of a custom Encryptor: retried.
 
 Retried failures follow upstream (a fleet mid-rollout may have a worker that
 holds the key); truncated bytes can never open, so they are ``SKIP_RETRY``. A
