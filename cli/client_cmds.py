@@ -55,10 +55,10 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 @contextlib.contextmanager
-def client_for(server: str, token: str | None) -> Iterator[SyncClient]:
+def client_for(server: str, token: str | None, encryption: Any = None) -> Iterator[SyncClient]:
     """A SyncClient whose failures become one-line errors."""
     try:
-        with SyncClient(server, token=token or None) as client:
+        with SyncClient(server, token=token or None, encryption=encryption) as client:
             yield client
     except ConveyorError as exc:
         fail(f"{exc.code.connect_name}: {exc.message}")
@@ -89,15 +89,17 @@ def report_bad_lines(exc: BadLines) -> NoReturn:
 
 
 def _payload(
-    json_text: str | None, data_file: Path | None, content_type: str | None
+    json_text: str | None, data_file: Path | None, content_type: str | None, normalize: bool = False
 ) -> tuple[Any, str | None]:
     if json_text is not None and data_file is not None:
         fail("use --json or --data-file, not both")
     if json_text is not None:
         try:
-            return json.loads(json_text), content_type or JSON
+            value = json.loads(json_text)
         except ValueError as exc:
             fail(f"--json is not valid JSON: {exc}")
+        # Valid JSON is sent byte for byte; --normalize re-encodes it (sorted keys, Go escaping).
+        return (value if normalize else json_text.encode()), content_type or JSON
     if data_file is not None:
         try:
             data = sys.stdin.buffer.read() if str(data_file) == "-" else data_file.read_bytes()
@@ -105,6 +107,23 @@ def _payload(
             fail(f"cannot read --data-file: {exc}")
         return data, content_type or (JSON if data_file.suffix == ".json" else OCTET_STREAM)
     return None, content_type
+
+
+def _encryption(encrypt: bool | None, key_file: Path | None) -> Any:
+    """The keyring for ``enqueue``: never from the command line, only a key file or the environment."""
+    from conveyor_sdk.encryption import KEY_ENV, KEY_FILE_ENV, load_keyring
+
+    if encrypt is False:
+        if key_file is not None:
+            fail("--key-file and --no-encrypt contradict each other")
+        return None
+    try:
+        ring = load_keyring(key_file)
+    except ValueError as exc:
+        fail(str(exc))
+    if ring is None and encrypt:
+        fail(f"--encrypt needs keys: pass --key-file or set ${KEY_ENV} / ${KEY_FILE_ENV}")
+    return ring
 
 
 def _retry_policy(strategy: str | None, base: str | None, cap: str | None) -> dict[str, Any] | None:
@@ -145,13 +164,27 @@ def enqueue(  # noqa: PLR0917  # typer maps each option to one parameter
     app_ref: Annotated[
         str | None, Opt("--app", help="MODULE:ATTR: use the app's declared queue/options, check the payload.")
     ] = None,
+    normalize: Annotated[
+        bool, Opt("--normalize", help="Re-encode --json (sorted keys, Go escaping) instead of as given.")
+    ] = False,
+    encrypt: Annotated[
+        bool | None,
+        Opt(
+            "--encrypt/--no-encrypt",
+            help="Seal the payload (AES-256-GCM); keys from --key-file or $CONVEYOR_ENCRYPTION_KEY(_FILE); "
+            "default: on when those variables are set.",
+        ),
+    ] = None,
+    key_file: Annotated[
+        Path | None, Opt("--key-file", help="Key file: <id>:<base64-secret> lines, first active.")
+    ] = None,
     output: OutputOpt = Output.table,
     server: Server = DEFAULT,
     token: Token = None,
 ) -> None:
     """Enqueue one task and print the committed TaskInfo."""
-    payload, ctype = _payload(json_text, data_file, content_type)
-    with client_for(server, token) as client:
+    payload, ctype = _payload(json_text, data_file, content_type, normalize)
+    with client_for(server, token, _encryption(encrypt, key_file)) as client:
         raw: dict[str, Any] = {
             "task_id": task_id, "queue": queue, "content_type": ctype, "max_retry": max_retry,
             "timeout": timeout, "deadline": deadline, "process_at": process_at, "process_in": process_in,

@@ -10,7 +10,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -112,6 +112,14 @@ def register(app: typer.Typer) -> None:
         demo: Annotated[
             bool, typer.Option("--demo", help="Run the app module's demo(client) producer.")
         ] = False,
+        key_file: Annotated[
+            str | None,
+            typer.Option(
+                "--key-file",
+                help="Payload decryption keys, one <id>:<base64-secret> per line (first = active); "
+                "default: the app's own, else $CONVEYOR_ENCRYPTION_KEY_FILE / $CONVEYOR_ENCRYPTION_KEY.",
+            ),
+        ] = None,
     ) -> None:
         code = run_worker_command(
             app_spec,
@@ -128,6 +136,7 @@ def register(app: typer.Typer) -> None:
             metrics_port=metrics_port,
             log_format=log_format,
             demo=demo,
+            key_file=key_file,
         )
         raise typer.Exit(code)
 
@@ -148,6 +157,7 @@ def run_worker_command(
     metrics_port: int | None,
     log_format: str,
     demo: bool,
+    key_file: str | None = None,
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
     from conveyor_sdk._runtime.supervisor import SupervisorConfig
@@ -164,6 +174,7 @@ def run_worker_command(
     registry = _load(app_spec, log_format)
     try:
         queues = _queues(queue, registry)
+        encryption = _encryption(key_file, registry)
     except ValueError as exc:
         fail(str(exc))
     for spec in pools:
@@ -185,8 +196,25 @@ def run_worker_command(
         log_format=log_format,
         demo=demo,
         live=sys.stderr.isatty() and log_format == "text",
+        encryption=encryption,
     )
     return _serve(config, registry)
+
+
+def _encryption(key_file: str | None, registry: Registry) -> Any:
+    """Keys that open sealed payloads: --key-file, else the app's own, else the environment."""
+    import logging
+
+    from conveyor_sdk.encryption import load_keyring
+
+    log = logging.getLogger("conveyor.runtime")
+    if key_file is None and getattr(registry, "encryption", None) is not None:
+        log.info("payload encryption: the app's own encryptor")
+        return None  # the Worker falls back to the app's
+    ring = load_keyring(key_file)
+    if ring is not None:
+        log.info("payload encryption: keys %s (active %s)", list(ring.key_ids), ring.active_key_id)
+    return ring
 
 
 def _load(app_spec: str, log_format: str) -> Registry:

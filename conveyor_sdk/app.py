@@ -21,7 +21,9 @@ bytes -> ``application/octet-stream``, protobuf -> ``application/x-protobuf``,
 anything else -> ``application/json`` (override with ``content_type=``). The same
 type decodes deliveries on the worker; a payload that does not decode is
 reported ``SKIP_RETRY`` with the codec's message (retrying the same bytes cannot
-succeed). Decorator options are the defaults of every enqueue and can be
+succeed). Enqueue checks the payload the same way first, so a mistake raises
+:class:`~conveyor_sdk.client.ValidationError` (``err.path`` = the bad field) on
+the producer instead of reaching a worker. Decorator options are the defaults of every enqueue and can be
 overridden per call.
 """
 
@@ -33,7 +35,9 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, TypeVar, Unpack, overload
 
 from conveyor_sdk import tracing
+from conveyor_sdk._app_validate import check_payload, validates_payload
 from conveyor_sdk._client.options import EnqueueOptions, TaskSpec, check_option_names
+from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor
 from conveyor_sdk._worker.context import TaskContext
 from conveyor_sdk._worker.executor import TaskData
 from conveyor_sdk._worker.registry import HandlerSpec, Registry
@@ -87,6 +91,7 @@ class TaskDefinition(Generic[P, R]):
         self.element_type = _element_type(payload_type) if batch else payload_type
         self.content_type = defaults.get("content_type") or content_type_for(self.element_type)
         self.raw = self.element_type is TaskData
+        self.validates = validates_payload(self.element_type, self.content_type)
 
     def __call__(self, payload: Any, ctx: TaskContext) -> R:
         """Call the handler directly (tests, local runs)."""
@@ -94,8 +99,10 @@ class TaskDefinition(Generic[P, R]):
 
     # -- producer side ------------------------------------------------------------
     def encode(self, payload: P) -> bytes:
-        """Payload bytes for ``payload`` under this definition's content_type."""
+        """Payload bytes for ``payload``, validated against the payload type (:class:`ValidationError`)."""
         data, _ = self.app.codecs.encode(payload, self.content_type)
+        if self.validates:
+            check_payload(self, data)
         return data
 
     def options(self, **overrides: Unpack[EnqueueOptions]) -> EnqueueOptions:
@@ -107,7 +114,9 @@ class TaskDefinition(Generic[P, R]):
 
     def spec(self, payload: P, /, **overrides: Unpack[EnqueueOptions]) -> TaskSpec:
         """A :class:`TaskSpec` for ``enqueue_batch`` / ``enqueue_tx``."""
-        return TaskSpec(self.type, self.encode(payload), **self.options(**overrides))
+        spec = TaskSpec(self.type, self.encode(payload), **self.options(**overrides))
+        spec.encryption = self.app.encryption
+        return spec
 
     @overload
     def enqueue(
@@ -122,6 +131,8 @@ class TaskDefinition(Generic[P, R]):
     ) -> Coroutine[Any, Any, TaskInfo] | TaskInfo:
         """Enqueue through ``client``; awaitable for :class:`Client`, blocking for :class:`SyncClient`."""
         data = self.encode(payload)
+        if client.encryption is None and self.app.encryption is not None:
+            return client._enqueue(self.type, data, self.options(**overrides), None, self.app.encryption)
         return client.enqueue(self.type, data, **self.options(**overrides))
 
     # -- worker side --------------------------------------------------------------
@@ -144,10 +155,20 @@ class App(Registry):
         codecs: payload codecs for encoding and decoding (default: the built-ins).
         tracing: add :class:`~conveyor_sdk.tracing.TracingMiddleware` when
             opentelemetry-api is importable.
+        encryption: an :class:`~conveyor_sdk.encryption.Encryptor` (e.g. a ``Keyring``): workers
+            serving this app open sealed payloads with it (unless the ``Worker`` has its own),
+            and typed enqueues seal with it when the client has no encryption of its own.
     """
 
-    def __init__(self, *, codecs: CodecRegistry | None = None, tracing: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        codecs: CodecRegistry | None = None,
+        tracing: bool = True,
+        encryption: Encryptor | None = None,
+    ) -> None:
         super().__init__()
+        self.encryption = check_encryptor(encryption)
         self.codecs = codecs if codecs is not None else CodecRegistry.default()
         self.definitions: dict[str, TaskDefinition[Any, Any]] = {}
         if tracing and _tracing_available():

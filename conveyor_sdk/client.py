@@ -46,6 +46,7 @@ from conveyor_sdk._client.convert import enqueue_result, task_info
 from conveyor_sdk._client.options import EnqueueOptions, TaskSpec, ValidationError
 from conveyor_sdk._client.retry import RetryConfig
 from conveyor_sdk._client.transport import ClientConfig, Protocol, UnaryCaller, WireFormat
+from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor, seal_request, seal_request_sync
 from conveyor_sdk._gen.conveyor.v1 import service_connect as sc
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.codecs import CodecRegistry
@@ -94,6 +95,7 @@ class ClientOptions(TypedDict, total=False):
     tls_ca_cert: bytes | None
     http2: bool
     trace: bool
+    encryption: Encryptor | None
 
 
 def _seconds(value: Duration | None) -> float | None:
@@ -118,6 +120,11 @@ def _check_same(exc: DuplicateTask, req: pb.EnqueueRequest, stored: pb.TaskInfo)
     return stored
 
 
+def _pick(own: Encryptor | None, spec: TaskSpec) -> Encryptor | None:
+    """The client's encryption, else the one a typed task's App attached to its spec."""
+    return own if own is not None else spec.encryption
+
+
 class _Base:
     """Configuration, codecs and request building shared by both clients."""
 
@@ -140,6 +147,7 @@ class _Base:
         codecs = options.get("codecs")
         self.codecs = codecs if codecs is not None else CodecRegistry.default()
         self._trace = options.get("trace", True)
+        self.encryption = check_encryptor(options.get("encryption"))
         self._closed = False
 
     @classmethod
@@ -184,6 +192,9 @@ class Client(_Base):
         tls_ca_cert: PEM CA bundle for https (default: system roots).
         http2: False to use HTTP/1.1 (Connect protocol only).
         trace: inject the current OpenTelemetry trace context into task metadata.
+        encryption: seal every non-empty payload end to end (a
+            :class:`~conveyor_sdk.encryption.Keyring` or any ``Encryptor``); see
+            :mod:`conveyor_sdk.encryption`.
         transport: a pyqwest transport to use instead of a network one (tests).
     """
 
@@ -205,7 +216,18 @@ class Client(_Base):
         **options: Unpack[EnqueueOptions],
     ) -> TaskInfo:  # fmt: skip
         """Enqueue one task; returns the committed TaskInfo (PENDING, SCHEDULED, BLOCKED...)."""
+        return await self._enqueue(type, payload, options, rpc_timeout, self.encryption)
+
+    async def _enqueue(
+        self,
+        type: str,
+        payload: Any,
+        options: Mapping[str, Any],
+        rpc_timeout: Duration | None,
+        encryption: Encryptor | None,
+    ) -> TaskInfo:
         req = self._enqueue_request(type, payload, options)
+        await seal_request(req, encryption)
         try:
             resp = await self._caller.acall("Enqueue", self._tasks.enqueue, req, _seconds(rpc_timeout))
         except DuplicateTask as exc:
@@ -220,7 +242,7 @@ class Client(_Base):
         self, tasks: Sequence[TaskSpec], *, rpc_timeout: Duration | None = None
     ) -> list[EnqueueResult]:
         """Enqueue 1..1000 tasks that succeed or fail independently (results in order)."""
-        req = pb.EnqueueBatchRequest(tasks=self._items(tasks, "enqueue_batch"))
+        req = pb.EnqueueBatchRequest(tasks=await self._sealed(tasks, "enqueue_batch"))
         resp = await self._caller.acall("EnqueueBatch", self._tasks.enqueue_batch, req, _seconds(rpc_timeout))
         return [enqueue_result(r) for r in resp.results]
 
@@ -228,9 +250,15 @@ class Client(_Base):
         self, tasks: Sequence[TaskSpec], *, rpc_timeout: Duration | None = None
     ) -> list[TaskInfo]:
         """Enqueue 1..1000 tasks atomically: all are committed or none (error raised)."""
-        req = pb.EnqueueTxRequest(tasks=self._items(tasks, "enqueue_tx"))
+        req = pb.EnqueueTxRequest(tasks=await self._sealed(tasks, "enqueue_tx"))
         resp = await self._caller.acall("EnqueueTx", self._tasks.enqueue_tx, req, _seconds(rpc_timeout))
         return [task_info(t) for t in resp.tasks]
+
+    async def _sealed(self, tasks: Sequence[TaskSpec], what: str) -> list[pb.EnqueueRequest]:
+        items = self._items(tasks, what)
+        for spec, req in zip(tasks, items, strict=True):
+            await seal_request(req, _pick(self.encryption, spec))
+        return items
 
     async def get_task(self, id: str, *, rpc_timeout: Duration | None = None) -> TaskInfo:
         """Fetch one task; :class:`~conveyor_sdk.errors.NotFound` when unknown."""
@@ -280,7 +308,18 @@ class SyncClient(_Base):
         **options: Unpack[EnqueueOptions],
     ) -> TaskInfo:  # fmt: skip
         """Enqueue one task; returns the committed TaskInfo."""
+        return self._enqueue(type, payload, options, rpc_timeout, self.encryption)
+
+    def _enqueue(
+        self,
+        type: str,
+        payload: Any,
+        options: Mapping[str, Any],
+        rpc_timeout: Duration | None,
+        encryption: Encryptor | None,
+    ) -> TaskInfo:
         req = self._enqueue_request(type, payload, options)
+        seal_request_sync(req, encryption)
         try:
             resp = self._caller.call("Enqueue", self._tasks.enqueue, req, _seconds(rpc_timeout))
         except DuplicateTask as exc:
@@ -295,15 +334,21 @@ class SyncClient(_Base):
         self, tasks: Sequence[TaskSpec], *, rpc_timeout: Duration | None = None
     ) -> list[EnqueueResult]:
         """Enqueue 1..1000 independent tasks (results in order)."""
-        req = pb.EnqueueBatchRequest(tasks=self._items(tasks, "enqueue_batch"))
+        req = pb.EnqueueBatchRequest(tasks=self._sealed(tasks, "enqueue_batch"))
         resp = self._caller.call("EnqueueBatch", self._tasks.enqueue_batch, req, _seconds(rpc_timeout))
         return [enqueue_result(r) for r in resp.results]
 
     def enqueue_tx(self, tasks: Sequence[TaskSpec], *, rpc_timeout: Duration | None = None) -> list[TaskInfo]:
         """Enqueue 1..1000 tasks atomically."""
-        req = pb.EnqueueTxRequest(tasks=self._items(tasks, "enqueue_tx"))
+        req = pb.EnqueueTxRequest(tasks=self._sealed(tasks, "enqueue_tx"))
         resp = self._caller.call("EnqueueTx", self._tasks.enqueue_tx, req, _seconds(rpc_timeout))
         return [task_info(t) for t in resp.tasks]
+
+    def _sealed(self, tasks: Sequence[TaskSpec], what: str) -> list[pb.EnqueueRequest]:
+        items = self._items(tasks, what)
+        for spec, req in zip(tasks, items, strict=True):
+            seal_request_sync(req, _pick(self.encryption, spec))
+        return items
 
     def get_task(self, id: str, *, rpc_timeout: Duration | None = None) -> TaskInfo:
         """Fetch one task; NotFound when unknown."""

@@ -5,15 +5,15 @@ through the ``content_type``. Built in:
 
 ``application/json`` (the default)
     Compact UTF-8 JSON via msgspec. Typed decoding into msgspec Structs,
-    dataclasses, TypedDicts and plain JSON values. Byte-compatible with Go's
-    ``encoding/json`` defaults for ordinary values: map keys are sorted, struct
-    fields keep declaration order, and ``<``, ``>``, ``&``, U+2028 and U+2029
-    are escaped as ``\\u003c``... exactly like Go (``JSONCodec(html_escape=False)``
-    turns that off). Known differences (values decode identically; only bytes
-    differ): floats with an integral value (Python ``1.0`` -> ``1.0``, Go ``1``),
-    exponent spelling (``1e21`` vs Go ``1e+21``; Go prints ``1e20`` in full),
-    NaN/Infinity (encoded as ``null``; Go refuses them), and invalid UTF-8
-    (rejected here, replaced by U+FFFD in Go).
+    dataclasses, TypedDicts and plain JSON values. The bytes are exactly what
+    Go's ``encoding/json`` writes for the same value: map keys sorted (int keys
+    as strings, sorted as strings), struct fields in declaration order, floats
+    in Go's ``'f'``/``'e'`` spelling (``1.0`` -> ``1``, ``1e-6`` -> ``0.000001``,
+    ``1e21`` -> ``1e+21``), aware datetimes as RFC 3339 without trailing
+    fraction zeros, and ``<``, ``>``, ``&``, U+2028, U+2029 escaped as
+    ``\\u003c``... (``JSONCodec(html_escape=False)`` turns that off). What still
+    differs (NaN/Infinity as ``null``, naive datetimes, lone surrogates, types
+    Go has no encoding for) is listed in ``docs/client.md``.
 ``application/octet-stream``
     Bytes verbatim.
 ``application/x-protobuf``
@@ -37,6 +37,7 @@ from google.protobuf.message import (  # type: ignore[import-untyped]  # protobu
 )
 from google.protobuf.message import Message as _ProtoMessage
 
+from conveyor_sdk._gojson import FLOATS, encode_go, needs_rewrite, rewrite_floats
 from conveyor_sdk.errors import InvalidArgument
 
 __all__ = [
@@ -118,11 +119,19 @@ class JSONCodec:
         self._decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 
     def encode(self, value: Any) -> bytes:
-        """Compact JSON; ``<``, ``>``, ``&``, U+2028/9 escaped like Go unless disabled."""
+        """Compact JSON with Go's bytes; ``<``, ``>``, ``&``, U+2028/9 escaped like Go unless disabled."""
         try:
             data = self._encoder.encode(value)
-        except (TypeError, msgspec.EncodeError) as exc:
-            raise CodecError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
+            rewrite = needs_rewrite(data)
+            if rewrite == FLOATS:
+                data = rewrite_floats(data)
+            elif rewrite:
+                data = encode_go(value)
+        except (TypeError, UnicodeEncodeError, msgspec.EncodeError):
+            try:  # int map keys: refused by msgspec's sorted mode, written by Go as sorted strings
+                data = encode_go(value)
+            except (TypeError, UnicodeEncodeError, msgspec.EncodeError) as exc:
+                raise CodecError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
         if self.html_escape:
             # These bytes can only occur inside JSON strings, so a plain replace is exact.
             for raw, escaped in _GO_ESCAPES:

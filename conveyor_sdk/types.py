@@ -1,7 +1,9 @@
 """Typed value objects of the producer/operator API (frozen, slotted, no I/O).
 
 Wire enums are mirrored as :class:`enum.IntEnum` with the same numbers as the
-``conveyor.v1`` protos, so ``TaskState.PENDING == 2`` on both sides.
+``conveyor.v1`` protos, so ``TaskState.PENDING == 2`` on both sides; they print
+their names like any enum (``print(info.state)`` shows ``TaskState.ACTIVE``;
+``repr`` stays ``<TaskState.ACTIVE: 3>``; ``.name`` is ``"ACTIVE"``).
 Timestamps are timezone-aware :class:`~datetime.datetime` values in UTC, or
 ``None`` when the server left them unset.
 """
@@ -39,7 +41,22 @@ T = TypeVar("T")
 Duration = float | int | timedelta
 
 
-class TaskState(enum.IntEnum):
+class _NamedIntEnum(enum.IntEnum):
+    """An IntEnum that prints like every other enum: ``str(TaskState.ACTIVE) == "TaskState.ACTIVE"``.
+
+    Plain IntEnums print their number (``3``). Comparisons, ``int()``,
+    JSON/msgpack encoding and ``repr`` are unchanged; only ``str()`` and
+    ``format()`` (f-strings, ``print``) show the name.
+    """
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+    def __format__(self, format_spec: str) -> str:
+        return format(str(self), format_spec)
+
+
+class TaskState(_NamedIntEnum):
     """Lifecycle state of a task (numbers match ``conveyor.v1.TaskState``)."""
 
     UNSPECIFIED = 0
@@ -77,7 +94,7 @@ class TaskState(enum.IntEnum):
             return cls.UNSPECIFIED
 
 
-class OnFailure(enum.IntEnum):
+class OnFailure(_NamedIntEnum):
     """What happens to a dependent when its prerequisite fails terminally."""
 
     BLOCK = 1
@@ -85,7 +102,7 @@ class OnFailure(enum.IntEnum):
     CONTINUE = 3
 
 
-class RetryStrategy(enum.IntEnum):
+class RetryStrategy(_NamedIntEnum):
     """Per-task retry backoff kind; DEFAULT leaves the server's configured kind."""
 
     DEFAULT = 0

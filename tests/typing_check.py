@@ -106,3 +106,26 @@ def sync_producer() -> None:
             assert_type(exc.retryable, bool)
         client.admin.pause_queue("emails")
     SyncClient("http://x", wire_format="xml")  # type: ignore[arg-type]
+
+
+def encrypted_setup() -> None:
+    from collections.abc import Awaitable
+
+    from conveyor_sdk.encryption import Encryptor, Key, Keyring, load_keyring
+    from conveyor_sdk.worker import Worker
+
+    ring = Keyring(Key.parse("k1:AAAA"), retired=[Key.generate("k0")])
+    SyncClient("http://x", encryption=ring)
+    App(encryption=ring)
+    Worker("http://x", encryption=load_keyring())
+
+    class Kms:
+        async def encrypt(self, plaintext: bytes) -> bytes:
+            return plaintext
+
+        def decrypt(self, ciphertext: bytes) -> Awaitable[bytes]:
+            return self.encrypt(ciphertext)
+
+    kms: Encryptor = Kms()
+    Client("http://x", encryption=kms)
+    SyncClient("http://x", encryption="secret")  # type: ignore[arg-type]

@@ -47,6 +47,12 @@ class ValidationError(InvalidArgument, ValueError):
     def __str__(self) -> str:
         return self.message
 
+    @property
+    def path(self) -> str | None:
+        """For a typed payload that does not match its type: the bad field (``$.order_id``)."""
+        path = self.details.get("path")
+        return path if isinstance(path, str) else None
+
 
 class EnqueueOptions(TypedDict, total=False):
     """Every per-task enqueue option (protocol §6.1), all optional and keyword-only."""
@@ -106,13 +112,14 @@ class TaskSpec:
     The payload is encoded when the request is built (bytes are sent verbatim).
     """
 
-    __slots__ = ("options", "payload", "type")
+    __slots__ = ("encryption", "options", "payload", "type")
 
     def __init__(self, type: str, payload: Any = None, /, **options: Unpack[EnqueueOptions]) -> None:
         check_option_names(options)
         self.type = type
         self.payload = payload
         self.options: EnqueueOptions = options
+        self.encryption: Any = None  # set by a typed task whose App seals (used when the client does not)
 
     @property
     def task_id(self) -> str | None:

@@ -20,7 +20,13 @@ class CancelReason(enum.Enum):
 
 
 class OutcomeKind(enum.IntEnum):
-    """Mirrors the wire ``TaskOutcome`` numbers."""
+    """Mirrors the wire ``TaskOutcome`` numbers; prints ``OutcomeKind.RETRY`` (not ``2``)."""
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+    def __format__(self, format_spec: str) -> str:
+        return format(str(self), format_spec)
 
     UNSPECIFIED = 0
     SUCCESS = 1

@@ -75,6 +75,7 @@ class SupervisorConfig:
     hung_after: float = 10.0
     beat: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
+    encryption: Any = None  # opens sealed payloads here, in the supervisor (children get plaintext)
 
 
 class Supervisor:
@@ -194,6 +195,7 @@ class Supervisor:
             token=cfg.token,
             grace=cfg.grace,
             executor=self.executor,
+            encryption=cfg.encryption,
         )
 
     async def _run_worker(self) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from conveyor_sdk import __version__
+from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor
 from conveyor_sdk._protocol.backoff import Backoff
 from conveyor_sdk._protocol.hello import SessionConfig
 from conveyor_sdk._protocol.session import WorkerSession
@@ -47,6 +48,9 @@ class Worker:
         rng: random source in [0, 1) for reconnect jitter (tests).
         transport_options: a ``TransportOptions`` overriding token/protocol/tls.
         close_timeout: how long to wait for the server to end the stream after our half-close.
+        encryption: opens sealed payloads (``conveyor.encryption`` marker) before they are
+            decoded; defaults to the registry's own ``encryption`` (``App(encryption=...)``).
+            See :mod:`conveyor_sdk.encryption` for the failures and which are retried.
     """
 
     def __init__(
@@ -67,6 +71,7 @@ class Worker:
         rng: Callable[[], float] | None = None,
         transport_options: TransportOptions | None = None,
         close_timeout: float = 10.0,
+        encryption: Encryptor | None = None,
     ) -> None:
         # Validate now: a bad queue/weight/concurrency never reaches the network.
         self._config = SessionConfig.build(
@@ -87,6 +92,7 @@ class Worker:
         self.progress_interval = progress_interval
         self.close_timeout = close_timeout
         self._executor_arg = executor
+        self.encryption = check_encryptor(encryption)
         self._transport_options = transport_options
         self._log = logger or log
         self._rng = rng or random.Random().random
@@ -104,6 +110,13 @@ class Worker:
     def __repr__(self) -> str:
         state = repr(self._machine) if self._machine is not None else "not running"
         return f"<Worker {self.server} queues={dict(self.queues)} concurrency={self.concurrency} {state}>"
+
+    def encryption_for(self, registry: Registry) -> Encryptor | None:
+        """The encryptor that opens sealed payloads: ours, else the registry's (an App's)."""
+        if self.encryption is not None:
+            return self.encryption
+        found = getattr(registry, "encryption", None)
+        return found if isinstance(found, Encryptor) else None
 
     def statistics(self) -> dict[str, Any]:
         """Snapshot: session machine counters plus worker-level counters."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, TypedDict
 
 import msgspec
@@ -75,11 +77,83 @@ def test_html_escape_can_be_turned_off() -> None:
     assert JSONCodec(html_escape=False).encode("<&>") == b'"<&>"'
 
 
-def test_documented_float_difference() -> None:
-    """Integral floats differ from Go (1.0 vs 1) but decode to equal values."""
-    codec = JSONCodec()
-    assert codec.encode(1.0) == b"1.0"
-    assert codec.decode(b"1", float) == codec.decode(codec.encode(1.0), float) == 1.0
+# Produced by Go's json.Marshal (float64, time.Time, map[int]any) on the same values; see docs/client.md.
+GO_FLOATS: list[tuple[float, bytes]] = [
+    (1.0, b"1"), (-0.0, b"-0"), (0.0, b"0"), (1e-6, b"0.000001"), (1.5e-6, b"0.0000015"),
+    (1e-7, b"1e-7"), (9.999999e-7, b"9.999999e-7"), (-3e-10, b"-3e-10"), (1e-5, b"0.00001"),
+    (1.5e-5, b"0.000015"), (0.1, b"0.1"), (12345678.9, b"12345678.9"), (123456789.0, b"123456789"),
+    (1e16, b"10000000000000000"), (1e20, b"100000000000000000000"), (1e21, b"1e+21"),
+    (1.2345e22, b"1.2345e+22"), (1.1e40, b"1.1e+40"), (4e99, b"4e+99"),
+    (5e-324, b"5e-324"), (1.7976931348623157e308, b"1.7976931348623157e+308"),
+]  # fmt: skip
+GO_TIMES: list[tuple[datetime, bytes]] = [
+    (datetime(2024, 1, 2, 3, 4, 5, 100000, tzinfo=UTC), b'"2024-01-02T03:04:05.1Z"'),
+    (datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=1))), b'"2024-01-02T03:04:05+01:00"'),
+    (
+        datetime(2024, 1, 2, 3, 4, 5, 120, tzinfo=timezone(-timedelta(hours=7, minutes=30))),
+        b'"2024-01-02T03:04:05.00012-07:30"',
+    ),
+    (datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC), b'"2024-01-02T03:04:05.123456Z"'),
+]
+
+
+@pytest.mark.parametrize(("value", "go_bytes"), GO_FLOATS, ids=[repr(v) for v, _ in GO_FLOATS])
+def test_floats_match_go(value: float, go_bytes: bytes) -> None:
+    """Go's 'f'/'e' switch (|x| < 1e-6 or >= 1e21), shortest digits, e-7 / e+21 exponents."""
+    assert JSONCodec().encode(value) == go_bytes
+    assert JSONCodec().encode([value, {"k": value}]) == b"[" + go_bytes + b',{"k":' + go_bytes + b"}]"
+
+
+@pytest.mark.parametrize(("value", "go_bytes"), GO_TIMES, ids=[str(v) for v, _ in GO_TIMES])
+def test_datetimes_match_go(value: datetime, go_bytes: bytes) -> None:
+    """RFC 3339 with the fraction's trailing zeros dropped, as Go's time.Time writes it."""
+    assert JSONCodec().encode(value) == go_bytes
+
+
+def test_int_keys_become_strings_sorted_as_go_sorts_them() -> None:
+    """Int map keys are written as strings sorted as strings ("-1" < "1" < "10" < "2")."""
+    value = {1: "a", -1: "d", 10: "x", 2: "y", 0: {3: 1.0, -20: 1e-7}}
+    assert JSONCodec().encode(value) == b'{"-1":"d","0":{"-20":1e-7,"3":1},"1":"a","10":"x","2":"y"}'
+    with pytest.raises(CodecError, match="mixes key types"):
+        JSONCodec().encode({1: "a", "b": 2})
+
+
+def test_struct_order_survives_the_go_rewrite() -> None:
+    """When floats force the exact path, struct fields keep declaration order and dicts stay sorted."""
+
+    class Reading(msgspec.Struct):
+        z: float
+        a: dict[str, float]
+
+    assert JSONCodec().encode(Reading(1.0, {"y": 2.0, "b": 1e-7})) == b'{"z":1,"a":{"b":1e-7,"y":2}}'
+
+
+def test_string_look_alikes_are_left_alone() -> None:
+    """Text that looks like a float or a time inside a string is never rewritten."""
+    value = {"s": "x:1.0]", "t": "2024-01-02T03:04:05.100000Z", "n": 2.5}
+    assert JSONCodec().encode(value) == b'{"n":2.5,"s":"x:1.0]","t":"2024-01-02T03:04:05.100000Z"}'
+    tricky = {"q": 'a"1.0,\\"2e-7', "n": [1.0, -2, 1e-7, 12345678901234567890], "k-1.0": 0.5}
+    expected = b'{"k-1.0":0.5,"n":[1,-2,1e-7,12345678901234567890],"q":"a\\"1.0,\\\\\\"2e-7"}'
+    assert JSONCodec().encode(tricky) == expected
+
+
+def _go_reference(f: float) -> str:
+    """Independent model of Go's rule through Decimal (exact decimal of the shortest repr)."""
+    d = Decimal(repr(f)).normalize()
+    if f == 0:
+        return "-0" if str(f).startswith("-") else "0"
+    if abs(f) < 1e-6 or abs(f) >= 1e21:
+        return f"{d:e}".replace("E", "e")
+    return f"{d:f}"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_floats_follow_go_rule_and_round_trip(value: float) -> None:
+    """Any finite float encodes per Go's rule and decodes back to the same float."""
+    data = JSONCodec().encode(value)
+    assert data.decode() == _go_reference(value)
+    assert JSONCodec().decode(data, float) == value
 
 
 @pytest.mark.parametrize(
@@ -108,9 +182,11 @@ def test_json_decode_errors_are_typed() -> None:
 
 
 def test_json_encode_error_is_typed() -> None:
-    """A value msgspec cannot encode raises CodecError, not a foreign exception."""
+    """A value msgspec cannot encode (or a lone surrogate) raises CodecError, not a foreign exception."""
     with pytest.raises(CodecError, match="cannot encode object"):
         JSONCodec().encode(object())
+    with pytest.raises(CodecError, match="surrogates"):
+        JSONCodec().encode({"s": "\ud800"})
 
 
 def test_octet_stream_and_protobuf_round_trip() -> None:
@@ -187,3 +263,20 @@ def test_json_round_trip_property(value: Any) -> None:
     data = codec.encode(value)
     assert codec.decode(data) == value
     assert not any(ch in data for ch in (b"<", b">", b"&")) and b"\n" not in data
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet='ab"\\:,.[]{}-e01Z+ ', max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON_VALUES)
+def test_fast_float_rewrite_equals_the_exact_path(value: Any) -> None:
+    """The byte-level float rewrite gives the same bytes as rebuilding the value (strings untouched)."""
+    from conveyor_sdk._gojson import encode_go
+
+    assert JSONCodec(html_escape=False).encode(value) == encode_go(value)
