@@ -58,6 +58,7 @@ class AdminOps:
         now = self.engine.now()
         if task.state is State.ACTIVE and allow_active:
             task.cancel_requested = True
+            self.engine.broker.touch(task)
             session = self.engine.dispatcher.sessions.get(task.session_id)
             if session is not None:
                 session.sink(CancelAction(task.id))

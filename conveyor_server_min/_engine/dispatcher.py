@@ -74,6 +74,10 @@ class Dispatcher:
                 serving.remove(session)
             self._queue_swrr.get(queue, {}).pop(session.id, None)
 
+    def restore_lease_seq(self, highest: int) -> None:
+        """Continue lease ids above ``highest`` (leases loaded from a durable store)."""
+        self._lease_seq = max(self._lease_seq, highest)
+
     def serving(self, queue: str) -> list[SessionState]:
         return self._serving.get(queue, [])
 

@@ -245,6 +245,7 @@ class Engine:
         if task is not None:
             task.progress = min(int(percent), 100)
             task.progress_message = message
+            self.broker.touch(task)
 
     # --- maintenance -----------------------------------------------------------------------------
     def promote(self) -> int:

@@ -205,6 +205,8 @@ class Transitions:
                 del task.waiting_on[prereq.id]
                 if not task.waiting_on:
                     self.move(task, self.ready_state(task, now), now)
+                else:
+                    self.broker.touch(task)
             elif policy is FailurePolicy.CASCADE_CANCEL:
                 task.last_error = CASCADE_CANCELED
                 self.move(task, State.CANCELED, now)

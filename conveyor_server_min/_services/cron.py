@@ -21,7 +21,7 @@ from conveyor_server_min._services.convert import timestamp
 from conveyor_server_min._services.validate import build_task, check_queue_name
 from conveyor_server_min.service_api import CallContext, UnaryMethod
 
-__all__ = ["CronService"]
+__all__ = ["CronService", "Entry"]
 
 log = logging.getLogger("conveyor.server.cron")
 PREFIX = "/conveyor.v1.AdminService/"
@@ -30,7 +30,7 @@ _COPIED = ("max_retry", "timeout", "deadline", "retention", "priority", "group",
 
 
 @dataclass(slots=True)
-class _Entry:
+class Entry:
     message: pb.CronEntry
     schedule: CronSchedule
     next_run: float | None = None
@@ -41,7 +41,7 @@ class CronService:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.entries: dict[str, _Entry] = {}
+        self.entries: dict[str, Entry] = {}
 
     def methods(self) -> list[UnaryMethod]:
         def m(name: str, fn: Any) -> UnaryMethod:
@@ -83,10 +83,10 @@ class CronService:
         check_queue_name(entry.queue)
         if entry.options.group and entry.options.concurrency_key:
             raise InvalidArgument("group and concurrency_key are mutually exclusive")
-        self.entries[entry.id] = _Entry(entry, schedule)
+        self.entries[entry.id] = Entry(entry, schedule)
         return pb.UpsertCronResponse()
 
-    def _get(self, cron_id: str) -> _Entry:
+    def _get(self, cron_id: str) -> Entry:
         if not cron_id:
             raise InvalidArgument("cron entry id is required")
         entry = self.entries.get(cron_id)
@@ -122,7 +122,7 @@ class CronService:
                 entry.next_run = entry.schedule.next_after(now)
         return made
 
-    def _fire(self, entry: _Entry, slot: int) -> int:
+    def _fire(self, entry: Entry, slot: int) -> int:
         msg = entry.message
         req = pb.EnqueueRequest(
             queue=msg.queue, type=msg.task_type, payload=msg.payload, content_type=msg.content_type,

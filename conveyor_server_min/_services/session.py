@@ -26,6 +26,7 @@ __all__ = ["SessionHandler", "server_message"]
 
 log = logging.getLogger("conveyor.server.session")
 Send = Callable[[pb.ServerMessage], Awaitable[None]]
+Gate = Callable[[], Awaitable[None]]
 
 
 def server_message(action: Action) -> pb.ServerMessage:
@@ -44,11 +45,16 @@ def server_message(action: Action) -> pb.ServerMessage:
 
 
 class Outbox:
-    """Unbounded FIFO of frames for one stream, drained by the writer task."""
+    """Unbounded FIFO of frames for one stream, drained by the writer task.
 
-    def __init__(self) -> None:
+    With a ``gate`` (the durable store's commit wait), frames are sent only after every change made
+    before they were queued is committed: a worker never receives a lease the store does not hold.
+    """
+
+    def __init__(self, gate: Gate | None = None) -> None:
         self._items: deque[pb.ServerMessage] = deque()
         self._ready = asyncio.Event()
+        self._gate = gate
 
     def push(self, msg: pb.ServerMessage) -> None:
         self._items.append(msg)
@@ -59,7 +65,11 @@ class Outbox:
             await self._ready.wait()
             self._ready.clear()
             while self._items:
-                await send(self._items.popleft())
+                count = len(self._items)
+                if self._gate is not None:
+                    await self._gate()
+                for _ in range(count):
+                    await send(self._items.popleft())
 
 
 def _check_result(result: pb.Result) -> None:
@@ -72,8 +82,9 @@ def _check_result(result: pb.Result) -> None:
 class SessionHandler:
     """The ``ServiceSet.session`` callable."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, gate: Gate | None = None) -> None:
         self.engine = engine
+        self.gate = gate
         self.closing = False
         self._live: dict[str, asyncio.Event] = {}
         self._idle = asyncio.Event()
@@ -90,7 +101,7 @@ class SessionHandler:
         hello = check_hello(first, self.engine.config)
         if self.closing:
             raise Unavailable("node is shutting down; reconnect to another node")
-        outbox = Outbox()
+        outbox = Outbox(self.gate)
         session = self.engine.open_session(
             queues=dict(hello.queues),
             concurrency=hello.concurrency,

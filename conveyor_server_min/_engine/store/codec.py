@@ -1,0 +1,74 @@
+"""Task rows <-> bytes for the SQLite store (msgpack arrays in a fixed field order).
+
+Instants and durations pass through :func:`enc_time` / :func:`dec_time` and nowhere
+else, so a change of the engine's time type touches only these two functions (and a
+schema migration that rewrites old rows). ``token`` is not stored: it only orders
+in-memory index entries and restarts at 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from conveyor_server_min._engine.model import Dependency, FailurePolicy, RetryPolicy, State, Task
+
+__all__ = ["ROW_FORMAT", "dec_time", "decode_task", "enc_time", "encode_task"]
+
+ROW_FORMAT = 1
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
+
+# Field order of a stored row (format 1). Appending is compatible; anything else needs a migration.
+_TIMES = ("enqueued_at", "timeout", "deadline", "process_at", "unique_ttl", "retention", "expires_at",
+          "due", "started_at", "completed_at", "lease_expires_at", "unique_until")  # fmt: skip
+_PLAIN = ("id", "queue", "type", "payload", "content_type", "metadata", "max_retry", "priority",
+          "unique_key", "group", "concurrency_key", "retried", "last_error", "progress",
+          "progress_message", "result", "lease_id", "session_id", "cancel_requested")  # fmt: skip
+
+
+def enc_time(value: Any) -> Any:
+    """An engine instant or duration (or None) as stored."""
+    return value
+
+
+def dec_time(value: Any) -> Any:
+    """A stored instant or duration back in the engine's type."""
+    return value
+
+
+def encode_task(task: Task, arrived_at: Any = None) -> bytes:
+    """One row; ``arrived_at`` is the AGGREGATING bucket arrival time (None otherwise)."""
+    policy = task.retry_policy
+    return _encoder.encode(
+        [
+            ROW_FORMAT,
+            int(task.state),
+            [getattr(task, name) for name in _PLAIN],
+            [enc_time(getattr(task, name)) for name in _TIMES],
+            [[d.task_id, int(d.on_failure)] for d in task.depends_on],
+            None if policy is None else [policy.strategy, enc_time(policy.base), enc_time(policy.max)],
+            {k: int(v) for k, v in task.waiting_on.items()},
+            enc_time(arrived_at),
+        ]
+    )
+
+
+def decode_task(blob: bytes) -> tuple[Task, Any]:
+    """A stored row back as a Task plus its bucket arrival time; ValueError when malformed."""
+    try:
+        fmt, state, plain, times, deps, policy, waiting, arrived = _decoder.decode(blob)[:8]
+        if fmt != ROW_FORMAT:
+            raise ValueError(f"unknown row format {fmt}")
+        fields: dict[str, Any] = dict(zip(_PLAIN, plain, strict=True))
+        fields.update(zip(_TIMES, (dec_time(t) for t in times), strict=True))
+        task = Task(**fields)
+        task.state = State(state)
+        task.depends_on = tuple(Dependency(d[0], FailurePolicy(d[1])) for d in deps)
+        if policy is not None:
+            task.retry_policy = RetryPolicy(policy[0], dec_time(policy[1]), dec_time(policy[2]))
+        task.waiting_on = {k: FailurePolicy(v) for k, v in waiting.items()}
+    except (msgspec.DecodeError, TypeError, ValueError, IndexError) as exc:
+        raise ValueError(f"malformed task row: {exc}") from None
+    return task, dec_time(arrived)
