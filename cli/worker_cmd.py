@@ -112,6 +112,15 @@ def register(app: typer.Typer) -> None:
         demo: Annotated[
             bool, typer.Option("--demo", help="Run the app module's demo(client) producer.")
         ] = False,
+        embedded_db: Annotated[
+            str | None,
+            typer.Option(
+                "--embedded-db",
+                envvar="CONVEYOR_EMBEDDED_DB",
+                metavar="PATH",
+                help="Keep the embedded server's tasks in this SQLite file (survives restarts).",
+            ),
+        ] = None,
     ) -> None:
         code = run_worker_command(
             app_spec,
@@ -128,6 +137,7 @@ def register(app: typer.Typer) -> None:
             metrics_port=metrics_port,
             log_format=log_format,
             demo=demo,
+            embedded_db=embedded_db,
         )
         raise typer.Exit(code)
 
@@ -148,12 +158,15 @@ def run_worker_command(
     metrics_port: int | None,
     log_format: str,
     demo: bool,
+    embedded_db: str | None = None,
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
     from conveyor_sdk._runtime.supervisor import SupervisorConfig
 
     if log_format not in ("text", "json"):
         fail(f"--log-format must be text or json, got {log_format!r}")
+    if embedded_db and server:
+        fail("--embedded-db configures the embedded server; it cannot be combined with --server")
     try:
         pools, procs = _validate(queue, pool, concurrency, processes)
         grace_s = parse_duration(grace)
@@ -185,6 +198,7 @@ def run_worker_command(
         log_format=log_format,
         demo=demo,
         live=sys.stderr.isatty() and log_format == "text",
+        embedded_db=embedded_db or None,
     )
     return _serve(config, registry)
 

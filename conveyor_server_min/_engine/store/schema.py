@@ -51,7 +51,7 @@ def open_database(path: str, migrations: Sequence[str] = MIGRATIONS) -> sqlite3.
     try:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0.2)
     except sqlite3.Error as exc:
-        raise StoreError(f"database {path}: cannot open: {exc}") from None
+        raise StoreError(_explain(path, exc)) from None
     try:
         _configure(conn, path)
         _migrate(conn, path, migrations)
@@ -81,8 +81,8 @@ def _explain(path: str, exc: sqlite3.Error) -> str:
     low = text.lower()
     if "locked" in low or "busy" in low:
         return f"database {path} is locked by another process (is another conveyor server using it?)"
-    if "readonly" in low or "read-only" in low or "unable to open" in low or "permission" in low:
-        return f"database {path} is not writable: {text}"
+    if any(word in low for word in ("readonly", "read-only", "unable to open", "permission", "disk i/o")):
+        return f"database {path} is not writable (read-only file, folder or file system?): {text}"
     if "not a database" in low or "malformed" in low or "corrupt" in low:
         return f"database {path} is corrupt or not a SQLite database: {text}"
     return f"database {path}: {text}"
