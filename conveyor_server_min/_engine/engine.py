@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from conveyor_sdk.errors import AlreadyExists
 from conveyor_server_min._engine.broker import Broker, GroupBucket, MemoryBroker
-from conveyor_server_min._engine.clock import Clock, SystemClock
+from conveyor_server_min._engine.clock import Clock, SystemClock, from_seconds
 from conveyor_server_min._engine.dispatcher import Dispatcher
 from conveyor_server_min._engine.events import EventHub
 from conveyor_server_min._engine.limits import GroupConfig
@@ -56,7 +56,7 @@ class Engine:
     def __repr__(self) -> str:
         return f"Engine(broker={self.broker!r}, dispatcher={self.dispatcher!r})"
 
-    def now(self) -> float:
+    def now(self) -> int:
         return self.clock.now()
 
     def new_id(self) -> str:
@@ -94,7 +94,7 @@ class Engine:
         self._after_commit()
         return out
 
-    def _check_unique(self, tasks: Iterable[Task], now: float) -> None:
+    def _check_unique(self, tasks: Iterable[Task], now: int) -> None:
         claimed: set[str] = set()
         for task in tasks:
             key = task.unique_key
@@ -104,7 +104,7 @@ class Engine:
                 raise AlreadyExists(DUPLICATE_UNIQUE)
             claimed.add(key)
 
-    def _commit(self, task: Task, now: float) -> None:
+    def _commit(self, task: Task, now: int) -> None:
         task.enqueued_at = now
         if task.unique_key and task.unique_ttl is not None:
             task.unique_until = now + task.unique_ttl
@@ -213,7 +213,7 @@ class Engine:
                 continue
             task = self._leased(task_id, delivery.members[task_id])
             if task is not None:
-                task.lease_expires_at = now + self.config.lease_ttl
+                task.lease_expires_at = now + self.transitions.lease_ttl
             elif task_id not in delivery.cancel_sent:
                 delivery.cancel_sent.add(task_id)
                 session.sink(CancelAction(task_id))
@@ -284,14 +284,14 @@ class Engine:
         return fired
 
     @staticmethod
-    def _ripe(bucket: GroupBucket, cfg: GroupConfig, now: float) -> bool:
+    def _ripe(bucket: GroupBucket, cfg: GroupConfig, now: int) -> bool:
         return (
             len(bucket.members) >= cfg.max_size
             or now - bucket.first_at >= cfg.max_delay
             or now - bucket.last_at >= cfg.grace_period
         )
 
-    def _maybe_fire_full(self, task: Task, now: float) -> None:
+    def _maybe_fire_full(self, task: Task, now: int) -> None:
         cfg = self.group_config(task.queue, task.group)
         bucket = self.broker.bucket(task.queue, task.group)
         if bucket is not None and len(bucket.members) >= cfg.max_size:
@@ -302,7 +302,9 @@ class Engine:
         if found is not None:
             return found
         cfg = self.config
-        return GroupConfig(cfg.group_max_size, cfg.group_max_delay, cfg.group_grace_period)
+        return GroupConfig(
+            cfg.group_max_size, from_seconds(cfg.group_max_delay), from_seconds(cfg.group_grace_period)
+        )
 
     def wake_due(self) -> None:
         """Pump every queue that has due work (after timers fire); recomputes the rate-limit wake."""
@@ -316,7 +318,7 @@ class Engine:
         self.dispatcher.pump()
         self.on_timer_change()
 
-    def next_timer(self) -> float | None:
+    def next_timer(self) -> int | None:
         """Earliest instant at which time alone makes new work dispatchable."""
         candidates = [t for t in (self.broker.next_timer(), self.dispatcher.rate_wake) if t is not None]
         return min(candidates) if candidates else None
