@@ -20,7 +20,7 @@ from conveyor_server_min._services.convert import (
     duration,
     duration_ns,
     instant_after,
-    task_info,
+    task_info_safe,
     timestamp_ns,
 )
 from conveyor_server_min._services.cron import CronService
@@ -106,7 +106,7 @@ class AdminService:
             raise InvalidArgument(f"limit must not be negative, got {req.limit}")
         limit = min(req.limit or _LIST_DEFAULT, _LIST_MAX)
         tasks, token = self.ops.list_tasks(req.queue, int(req.state), limit, req.page_token)
-        return pb.ListTasksResponse(tasks=[task_info(t) for t in tasks], next_page_token=token)
+        return pb.ListTasksResponse(tasks=[task_info_safe(t) for t in tasks], next_page_token=token)
 
     # --- tasks -----------------------------------------------------------------------------------
     def _task_methods(self) -> list[UnaryMethod]:

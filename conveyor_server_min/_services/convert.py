@@ -6,6 +6,8 @@ Reading a malformed one raises ``invalid_argument`` naming the field; writing ne
 
 from __future__ import annotations
 
+import logging
+
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
@@ -21,10 +23,13 @@ __all__ = [
     "event_message",
     "instant_after",
     "task_info",
+    "task_info_safe",
     "timestamp",
     "timestamp_ns",
 ]
 
+log = logging.getLogger("conveyor.server")
+UNENCODABLE = "server could not encode this task"
 _MAX_DURATION_SECONDS = 315_576_000_000
 _RANGE = "0001-01-01T00:00:00Z..9999-12-31T23:59:59.999999999Z"
 
@@ -117,6 +122,18 @@ def task_info(task: Task) -> pb.TaskInfo:
     if task.started_at is not None:
         info.started_at.CopyFrom(timestamp(task.started_at))
     return info
+
+
+def task_info_safe(task: Task) -> pb.TaskInfo:
+    """:func:`task_info` for listings: a row that cannot be encoded becomes a stub carrying its id, queue,
+    state and the reason, so one bad row never fails a listing or a lookup."""
+    try:
+        return task_info(task)
+    except Exception as exc:  # isolation point: one bad row must not fail the answer for the others
+        log.exception("cannot encode task %r", task.id)
+        return pb.TaskInfo(
+            id=task.id, queue=task.queue, state=int(task.state), last_error=f"{UNENCODABLE}: {exc}"
+        )
 
 
 def options(task: Task) -> tpb.TaskOptions:

@@ -10,7 +10,7 @@ from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import ConveyorError, InvalidArgument, NotFound
 from conveyor_server_min._engine.engine import Engine
 from conveyor_server_min._engine.model import Task
-from conveyor_server_min._services.convert import task_info
+from conveyor_server_min._services.convert import task_info, task_info_safe
 from conveyor_server_min._services.validate import build_task, check_batch_size
 from conveyor_server_min.service_api import CallContext, UnaryMethod
 
@@ -76,4 +76,4 @@ class TaskService:
         task = self.engine.get(req.id)
         if task is None:
             raise NotFound(TASK_NOT_FOUND)
-        return pb.GetTaskResponse(task=task_info(task))
+        return pb.GetTaskResponse(task=task_info_safe(task))
