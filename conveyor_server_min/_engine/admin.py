@@ -89,7 +89,7 @@ class AdminOps:
         self.engine.transitions.move(task, State.ARCHIVED, self.engine.now())
         self._finish()
 
-    def reschedule(self, task_id: str, at: float) -> None:
+    def reschedule(self, task_id: str, at: int) -> None:
         task = self._task(task_id)
         if task.state not in _RESCHEDULABLE:
             raise self._illegal(task, "rescheduled")

@@ -8,6 +8,10 @@ make: the rules live in the engine. A persistent broker implements the same
 
 Indexes use lazy deletion: every state change bumps ``task.token`` and heap
 entries carrying an old token are skipped when they surface.
+
+Times: every ``now`` and every instant on a :class:`Task` is an ``int`` of
+nanoseconds since the epoch (:mod:`.clock`); a persistent broker must store them
+exactly (they exceed 64 bits at the ends of the Timestamp range).
 """
 
 from __future__ import annotations
@@ -30,11 +34,11 @@ class GroupBucket:
 
     queue: str
     group: str
-    members: dict[str, float] = field(default_factory=dict)
-    last_at: float = 0.0
+    members: dict[str, int] = field(default_factory=dict)
+    last_at: int = 0
 
     @property
-    def first_at(self) -> float:
+    def first_at(self) -> int:
         return next(iter(self.members.values()), self.last_at)
 
 
@@ -44,20 +48,20 @@ class Broker(Protocol):
     driver: str
 
     def get(self, task_id: str) -> Task | None: ...
-    def insert(self, task: Task, now: float) -> None: ...
+    def insert(self, task: Task, now: int) -> None: ...
     def delete(self, task: Task) -> None: ...
-    def set_state(self, task: Task, state: State, now: float) -> None: ...
+    def set_state(self, task: Task, state: State, now: int) -> None: ...
     def touch(self, task: Task) -> None: ...
-    def unique_holder(self, key: str, now: float) -> Task | None: ...
-    def peek_ready(self, queue: str, now: float) -> Task | None: ...
-    def pop_ready(self, queue: str, now: float) -> Task | None: ...
-    def requeue(self, task: Task, now: float) -> None: ...
-    def pop_due_scheduled(self, now: float, limit: int) -> list[Task]: ...
-    def pop_expired(self, now: float) -> list[Task]: ...
-    def pop_purgeable(self, now: float) -> list[Task]: ...
+    def unique_holder(self, key: str, now: int) -> Task | None: ...
+    def peek_ready(self, queue: str, now: int) -> Task | None: ...
+    def pop_ready(self, queue: str, now: int) -> Task | None: ...
+    def requeue(self, task: Task, now: int) -> None: ...
+    def pop_due_scheduled(self, now: int, limit: int) -> list[Task]: ...
+    def pop_expired(self, now: int) -> list[Task]: ...
+    def pop_purgeable(self, now: int) -> list[Task]: ...
     def active_tasks(self) -> Iterable[Task]: ...
-    def next_timer(self) -> float | None: ...
-    def queues_with_due_work(self, now: float) -> list[str]: ...
+    def next_timer(self) -> int | None: ...
+    def queues_with_due_work(self, now: int) -> list[str]: ...
     def compact(self) -> int: ...
     def counts(self) -> dict[str, list[int]]: ...
     def iter_tasks_desc(self) -> Iterator[Task]: ...
@@ -79,11 +83,11 @@ class MemoryBroker:
     def __init__(self) -> None:
         self._tasks: dict[str, Task] = {}
         self._counts: dict[str, list[int]] = {}
-        self._ready: dict[str, list[tuple[int, float, str, int]]] = {}
-        self._delayed: dict[str, list[tuple[float, str, int]]] = {}
-        self._scheduled: list[tuple[float, str, int]] = []
-        self._expiring: list[tuple[float, str]] = []
-        self._purge: list[tuple[float, str, int]] = []
+        self._ready: dict[str, list[tuple[int, int, str, int]]] = {}
+        self._delayed: dict[str, list[tuple[int, str, int]]] = {}
+        self._scheduled: list[tuple[int, str, int]] = []
+        self._expiring: list[tuple[int, str]] = []
+        self._purge: list[tuple[int, str, int]] = []
         self._active: dict[str, Task] = {}
         self._unique: dict[str, str] = {}
         self._buckets: dict[tuple[str, str], GroupBucket] = {}
@@ -101,7 +105,7 @@ class MemoryBroker:
     def size(self) -> int:
         return len(self._tasks)
 
-    def insert(self, task: Task, now: float) -> None:
+    def insert(self, task: Task, now: int) -> None:
         """Store a new row in ``task.state`` and claim its unique key."""
         self._tasks[task.id] = task
         self._sorted_ids = None
@@ -121,7 +125,7 @@ class MemoryBroker:
             del self._unique[task.unique_key]
         task.token += 1
 
-    def set_state(self, task: Task, state: State, now: float) -> None:
+    def set_state(self, task: Task, state: State, now: int) -> None:
         """Move ``task`` to ``state``; ``task.due`` must already hold its new due time."""
         self._leave(task)
         counts = self._counts[task.queue]
@@ -133,7 +137,7 @@ class MemoryBroker:
             del self._unique[task.unique_key]
         self._enter(task, now)
 
-    def _enter(self, task: Task, now: float) -> None:
+    def _enter(self, task: Task, now: int) -> None:
         state = task.state
         if state in _DISPATCHABLE:
             self.requeue(task, now)
@@ -149,7 +153,8 @@ class MemoryBroker:
             bucket.members[task.id] = now
             bucket.last_at = now
         elif state is State.COMPLETED:
-            purge_at = (task.completed_at or now) + (task.retention or 0.0)
+            done = task.completed_at if task.completed_at is not None else now
+            purge_at = done + (task.retention or 0)
             heapq.heappush(self._purge, (purge_at, task.id, task.token))
 
     def _leave(self, task: Task) -> None:
@@ -166,7 +171,7 @@ class MemoryBroker:
     def touch(self, task: Task) -> None:
         """Note a field change made without a state change (a durable broker persists it)."""
 
-    def unique_holder(self, key: str, now: float) -> Task | None:
+    def unique_holder(self, key: str, now: int) -> Task | None:
         holder_id = self._unique.get(key)
         holder = self._tasks.get(holder_id) if holder_id else None
         if holder is None or holder.state not in INCOMPLETE:
@@ -176,7 +181,7 @@ class MemoryBroker:
         return holder
 
     # --- dispatch index --------------------------------------------------------------------------
-    def requeue(self, task: Task, now: float) -> None:
+    def requeue(self, task: Task, now: int) -> None:
         """(Re)index a PENDING/RETRY task: ready if due, else delayed."""
         task.token += 1
         if task.due <= now:
@@ -192,7 +197,7 @@ class MemoryBroker:
             return task
         return None
 
-    def _promote_delayed(self, queue: str, now: float) -> None:
+    def _promote_delayed(self, queue: str, now: int) -> None:
         delayed = self._delayed.get(queue)
         if not delayed:
             return
@@ -203,7 +208,7 @@ class MemoryBroker:
             if task is not None:
                 heapq.heappush(ready, (-task.priority, due, task_id, token))
 
-    def peek_ready(self, queue: str, now: float) -> Task | None:
+    def peek_ready(self, queue: str, now: int) -> Task | None:
         self._promote_delayed(queue, now)
         heap = self._ready.get(queue)
         while heap:
@@ -214,7 +219,7 @@ class MemoryBroker:
             heapq.heappop(heap)
         return None
 
-    def pop_ready(self, queue: str, now: float) -> Task | None:
+    def pop_ready(self, queue: str, now: int) -> Task | None:
         task = self.peek_ready(queue, now)
         if task is not None:
             heapq.heappop(self._ready[queue])
@@ -235,19 +240,19 @@ class MemoryBroker:
             heap[:] = keep
         return dropped
 
-    def queues_with_due_work(self, now: float) -> list[str]:
+    def queues_with_due_work(self, now: int) -> list[str]:
         out = [q for q, heap in self._ready.items() if heap]
         out += [q for q, heap in self._delayed.items() if heap and heap[0][0] <= now and q not in out]
         return out
 
-    def next_timer(self) -> float | None:
+    def next_timer(self) -> int | None:
         """Earliest instant at which a delayed PENDING/RETRY task becomes due (SCHEDULED ones wait
         for the promoter)."""
         candidates = [heap[0][0] for heap in self._delayed.values() if heap]
         return min(candidates) if candidates else None
 
     # --- timers ---------------------------------------------------------------------------------
-    def pop_due_scheduled(self, now: float, limit: int) -> list[Task]:
+    def pop_due_scheduled(self, now: int, limit: int) -> list[Task]:
         out: list[Task] = []
         heap = self._scheduled
         while heap and heap[0][0] <= now and len(out) < limit:
@@ -257,7 +262,7 @@ class MemoryBroker:
                 out.append(task)
         return out
 
-    def pop_expired(self, now: float) -> list[Task]:
+    def pop_expired(self, now: int) -> list[Task]:
         out: list[Task] = []
         while self._expiring and self._expiring[0][0] <= now:
             _, task_id = heapq.heappop(self._expiring)
@@ -266,7 +271,7 @@ class MemoryBroker:
                 out.append(task)
         return out
 
-    def pop_purgeable(self, now: float) -> list[Task]:
+    def pop_purgeable(self, now: int) -> list[Task]:
         out: list[Task] = []
         while self._purge and self._purge[0][0] <= now:
             _, task_id, token = heapq.heappop(self._purge)

@@ -19,7 +19,7 @@ each session's ``sink`` synchronously; nothing here awaits.
 from __future__ import annotations
 
 from conveyor_server_min._engine.broker import Broker, GroupBucket
-from conveyor_server_min._engine.clock import Clock
+from conveyor_server_min._engine.clock import Clock, clamp
 from conveyor_server_min._engine.limits import TokenBucket
 from conveyor_server_min._engine.model import State, Task
 from conveyor_server_min._engine.sessions import (
@@ -52,7 +52,7 @@ class Dispatcher:
         self._parked: dict[tuple[str, str], list[tuple[Task, int]]] = {}
         self._lease_seq = 0
         self._delivery_seq = 0
-        self.rate_wake: float | None = None
+        self.rate_wake: int | None = None
         transitions.on_ready = self.mark
         transitions.on_key_freed = self.unpark
 
@@ -116,7 +116,7 @@ class Dispatcher:
                     self._dirty.pop(queue, None)
         return made
 
-    def _step(self, queue: str, now: float) -> bool:
+    def _step(self, queue: str, now: int) -> bool:
         sessions = [s for s in self._serving.get(queue, ()) if s.free > 0]
         if not sessions or not self._queue_ready(queue, now):
             return False
@@ -132,7 +132,7 @@ class Dispatcher:
             self._offer(session, target, task, now)
         return True
 
-    def _queue_ready(self, queue: str, now: float) -> bool:
+    def _queue_ready(self, queue: str, now: int) -> bool:
         if self.broker.is_paused(queue) or self.broker.peek_ready(queue, now) is None:
             return False
         bucket = self.rate_limits.get(queue)
@@ -142,7 +142,7 @@ class Dispatcher:
             return False
         return True
 
-    def _pick_queue(self, session: SessionState, queue: str, now: float) -> str:
+    def _pick_queue(self, session: SessionState, queue: str, now: int) -> str:
         if len(session.queues) == 1:
             return queue
         ready = [(q, w) for q, w in session.queues.items() if q == queue or self._queue_ready(q, now)]
@@ -150,7 +150,7 @@ class Dispatcher:
             return queue
         return swrr_pick(session.queue_swrr, ready)
 
-    def _offer(self, session: SessionState, queue: str, task: Task, now: float) -> None:
+    def _offer(self, session: SessionState, queue: str, task: Task, now: int) -> None:
         if task.expires_at is not None and task.expires_at <= now:
             self.transitions.expire(task, now)
             return
@@ -169,17 +169,17 @@ class Dispatcher:
         session.add(Delivery(self._delivery_seq, {task.id: self._lease_seq}))
         session.sink(DispatchAction(task, self.deadline_for(task, now)))
 
-    def deadline_for(self, task: Task, now: float) -> float:
-        """min(lease expiry, task deadline, now + timeout)."""
+    def deadline_for(self, task: Task, now: int) -> int:
+        """min(lease expiry, task deadline, now + timeout), within the Timestamp range."""
         deadline = task.lease_expires_at
         if task.deadline is not None:
             deadline = min(deadline, task.deadline)
         if task.timeout is not None:
             deadline = min(deadline, now + task.timeout)
-        return deadline
+        return clamp(deadline)
 
     # --- groups ----------------------------------------------------------------------------------
-    def fire_group(self, bucket: GroupBucket, max_size: int, now: float) -> bool:
+    def fire_group(self, bucket: GroupBucket, max_size: int, now: int) -> bool:
         """Lease up to ``max_size`` members as one batch to a capable session; False if none can take it."""
         if self.broker.is_paused(bucket.queue) or not bucket.members:
             return False

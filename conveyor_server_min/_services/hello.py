@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import InvalidArgument, ProtocolError
+from conveyor_server_min._engine.clock import from_seconds
 from conveyor_server_min._services import semver
 from conveyor_server_min._services.convert import duration
 from conveyor_server_min._services.validate import go_quote, valid_queue_name
@@ -48,12 +49,12 @@ def check_hello(first: pb.WorkerMessage, config: EngineConfig) -> pb.Hello:
 
 
 def welcome(session_id: str, config: EngineConfig) -> pb.ServerMessage:
-    ttl_nanos = round(config.lease_ttl * 1e9)
+    ttl_nanos = from_seconds(config.lease_ttl)
     msg = pb.ServerMessage()
     w = msg.welcome
     w.session_id = session_id
-    w.lease_ttl.CopyFrom(duration(config.lease_ttl))
-    w.heartbeat_interval.FromNanoseconds(ttl_nanos // 3)
+    w.lease_ttl.CopyFrom(duration(ttl_nanos))
+    w.heartbeat_interval.CopyFrom(duration(ttl_nanos // 3))
     w.server_version = config.server_version
     w.min_sdk_version = config.min_sdk_version
     return msg

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import ConveyorError, Internal, ProtocolError, Unavailable
 from conveyor_server_min._engine.engine import Engine
+from conveyor_server_min._engine.model import Outcome
 from conveyor_server_min._engine.sessions import Action, BatchAction, CancelAction, SessionState
 from conveyor_server_min._services.convert import envelope, timestamp
 from conveyor_server_min._services.hello import check_hello, welcome
@@ -25,6 +26,7 @@ from conveyor_server_min.service_api import CallContext
 __all__ = ["SessionHandler", "server_message"]
 
 log = logging.getLogger("conveyor.server.session")
+UNDELIVERABLE = "server could not encode the task for dispatch"
 Send = Callable[[pb.ServerMessage], Awaitable[None]]
 Gate = Callable[[], Awaitable[None]]
 
@@ -102,14 +104,16 @@ class SessionHandler:
         if self.closing:
             raise Unavailable("node is shutting down; reconnect to another node")
         outbox = Outbox(self.gate)
+        holder: list[SessionState] = []
         session = self.engine.open_session(
             queues=dict(hello.queues),
             concurrency=hello.concurrency,
-            sink=lambda action: outbox.push(server_message(action)),
+            sink=lambda action: self._deliver(holder[0], outbox, action),
             sdk_version=hello.sdk_version,
             labels=dict(hello.labels),
             batch_types=list(hello.batch_types),
         )
+        holder.append(session)
         outbox.push(welcome(session.id, self.engine.config))
         stop = asyncio.Event()
         self._live[session.id] = stop
@@ -124,6 +128,25 @@ class SessionHandler:
             if not self._live:
                 self._idle.set()
             log.debug("session %s closed", session.id)
+
+    def _deliver(self, session: SessionState, outbox: Outbox, action: Action) -> None:
+        """Encode ``action`` into the outbox. A task that cannot be encoded is archived (on the next
+        loop turn, outside the dispatcher) instead of ending the session or stalling other tasks."""
+        try:
+            msg = server_message(action)
+        except Exception:  # isolation point: one bad row must not take the worker's session down
+            if isinstance(action, CancelAction):
+                raise
+            tasks = action.tasks if isinstance(action, BatchAction) else (action.task,)
+            ids = [t.id for t in tasks]
+            log.exception("cannot encode %s for session %s; archiving them", ids, session.id)
+            asyncio.get_running_loop().call_soon(self._undeliverable, session, ids)
+            return
+        outbox.push(msg)
+
+    def _undeliverable(self, session: SessionState, task_ids: list[str]) -> None:
+        reports = [(task_id, Outcome.SKIP_RETRY, UNDELIVERABLE, b"") for task_id in task_ids]
+        self.engine.batch_result(session, reports)
 
     async def _run(
         self,

@@ -47,7 +47,7 @@ class Model:
         live = [s for s in self.sessions if s.id in eng.dispatcher.sessions]
         if op == "enqueue":
             self.n += 1
-            eng.enqueue(Task(id=f"t{self.n:05d}", queue=str(x), type="t", enqueued_at=0.0, priority=int(y)))  # type: ignore[call-overload]
+            eng.enqueue(Task(id=f"t{self.n:05d}", queue=str(x), type="t", enqueued_at=0, priority=int(y)))  # type: ignore[call-overload]
         elif op == "open":
             self._open({str(x): 1}, int(y))  # type: ignore[call-overload]
         elif op == "open2":

@@ -9,7 +9,7 @@ import pytest
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
-from conveyor_server_min._engine.clock import FakeClock
+from conveyor_server_min._engine.clock import MAX_INSTANT, MIN_INSTANT, NANOS, FakeClock
 from conveyor_server_min._engine.model import Dependency, FailurePolicy, RetryPolicy, State, Task
 from conveyor_server_min._engine.store import Changes, SqliteBroker, StoreError
 from conveyor_server_min._engine.store.codec import decode_task, encode_task
@@ -39,18 +39,19 @@ async def _crash(services: Services) -> None:
 
 def test_codec_round_trips_every_field() -> None:
     """A task with every field set decodes to an equal task (token aside)."""
+    huge = MAX_INSTANT  # beyond int64: stored exactly as (seconds, nanos)
     task = Task(
-        id="01A", queue="q", type="t", enqueued_at=1.5, payload=b"\x00p", content_type="application/json",
-        metadata={"k": "v"}, max_retry=3, priority=7, timeout=2.0, deadline=9.0, process_at=4.0,
-        unique_key="u", unique_ttl=60.0, retention=3600.0, group="", expires_at=99.0,
-        depends_on=(Dependency("01B", FailurePolicy.CASCADE_CANCEL),), concurrency_key="ck",
-        retry_policy=RetryPolicy(2, 0.5, 30.0), state=State.BLOCKED, due=4.0, retried=2,
-        last_error="boom", started_at=3.0, completed_at=None, progress=40, progress_message="half",
-        result=b"r", lease_id=17, lease_expires_at=5.0, session_id="s1", cancel_requested=True,
-        unique_until=61.5, waiting_on={"01B": FailurePolicy.CASCADE_CANCEL}, token=9,
+        id="01A", queue="q", type="t", enqueued_at=1_500_000_001, payload=b"\x00p",
+        content_type="application/json", metadata={"k": "v"}, max_retry=3, priority=7, timeout=2 * NANOS,
+        deadline=huge, process_at=MIN_INSTANT, unique_key="u", unique_ttl=60 * NANOS, retention=3600 * NANOS,
+        group="", expires_at=99, depends_on=(Dependency("01B", FailurePolicy.CASCADE_CANCEL),),
+        concurrency_key="ck", retry_policy=RetryPolicy(2, NANOS // 2, 30 * NANOS), state=State.BLOCKED,
+        due=4, retried=2, last_error="boom", started_at=3, completed_at=None, progress=40,
+        progress_message="half", result=b"r", lease_id=17, lease_expires_at=5, session_id="s1",
+        cancel_requested=True, unique_until=61, waiting_on={"01B": FailurePolicy.CASCADE_CANCEL}, token=9,
     )  # fmt: skip
-    back, arrived = decode_task(encode_task(task, 7.25))
-    assert arrived == 7.25
+    back, arrived = decode_task(encode_task(task, 7_250_000_000))
+    assert arrived == 7_250_000_000
     for name in Task.__slots__:  # type: ignore[attr-defined]
         if name != "token":
             assert getattr(back, name) == getattr(task, name), name
@@ -179,8 +180,8 @@ def test_acknowledged_means_committed_and_uncommitted_is_lost(tmp_path: Path) ->
 
 def test_write_is_all_or_nothing(tmp_path: Path) -> None:
     """A snapshot that fails half-way leaves nothing of itself in the file."""
-    broker = SqliteBroker(str(tmp_path / "s.db"), 0.0)
-    good = encode_task(Task(id="a", queue="q", type="t", enqueued_at=0.0))
+    broker = SqliteBroker(str(tmp_path / "s.db"), 0)
+    good = encode_task(Task(id="a", queue="q", type="t", enqueued_at=0))
     broker.write(Changes(upserts=[("a", "q", 2, good)]))
     bad = Changes(upserts=[("b", "q", 2, good), ("c", None, 2, good)], deletes=["a"])  # type: ignore[list-item]
     with pytest.raises(StoreError, match="write failed"):

@@ -1,9 +1,9 @@
 """Task rows <-> bytes for the SQLite store (msgpack arrays in a fixed field order).
 
-Instants and durations pass through :func:`enc_time` / :func:`dec_time` and nowhere
-else, so a change of the engine's time type touches only these two functions (and a
-schema migration that rewrites old rows). ``token`` is not stored: it only orders
-in-memory index entries and restarts at 0.
+Instants and durations (int nanoseconds, see :mod:`..clock`) pass through
+:func:`enc_time` / :func:`dec_time` and nowhere else, so a change of the engine's time
+type touches only these two functions (and a schema migration that rewrites old rows).
+``token`` is not stored: it only orders in-memory index entries and restarts at 0.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from conveyor_server_min._engine.clock import from_parts, to_parts
 from conveyor_server_min._engine.model import Dependency, FailurePolicy, RetryPolicy, State, Task
 
 __all__ = ["ROW_FORMAT", "dec_time", "decode_task", "enc_time", "encode_task"]
@@ -28,14 +29,22 @@ _PLAIN = ("id", "queue", "type", "payload", "content_type", "metadata", "max_ret
           "progress_message", "result", "lease_id", "session_id", "cancel_requested")  # fmt: skip
 
 
-def enc_time(value: Any) -> Any:
-    """An engine instant or duration (or None) as stored."""
-    return value
+def enc_time(value: int | None) -> list[int] | None:
+    """An engine instant or duration (int nanoseconds, or None) as stored: ``[seconds, nanos]``.
+
+    The pair keeps the whole protobuf Timestamp range exact (it does not fit one int64).
+    """
+    return None if value is None else list(to_parts(value))
 
 
-def dec_time(value: Any) -> Any:
-    """A stored instant or duration back in the engine's type."""
-    return value
+def dec_time(value: Any) -> int | None:
+    """A stored ``[seconds, nanos]`` pair (or None) back as engine nanoseconds."""
+    if value is None:
+        return None
+    seconds, nanos = value
+    if not isinstance(seconds, int) or not isinstance(nanos, int):
+        raise ValueError(f"bad stored time {value!r}")
+    return from_parts(seconds, nanos)
 
 
 def encode_task(task: Task, arrived_at: Any = None) -> bytes:

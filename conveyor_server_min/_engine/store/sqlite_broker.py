@@ -49,7 +49,7 @@ class SqliteBroker(MemoryBroker):
 
     driver = "sqlite"
 
-    def __init__(self, path: str, now: Any, *, conn: sqlite3.Connection | None = None) -> None:
+    def __init__(self, path: str, now: int, *, conn: sqlite3.Connection | None = None) -> None:
         super().__init__()
         self.path = path
         self._conn = conn if conn is not None else open_database(path)
@@ -65,7 +65,7 @@ class SqliteBroker(MemoryBroker):
         return f"SqliteBroker(path={self.path!r}, tasks={self.size()}, dirty={len(self._dirty)})"
 
     # --- start-up --------------------------------------------------------------------------------
-    def _load(self, now: Any) -> None:
+    def _load(self, now: int) -> None:
         try:
             rows = self._conn.execute("SELECT row FROM tasks").fetchall()
             settings = self._conn.execute("SELECT key, value FROM settings").fetchall()
@@ -101,7 +101,7 @@ class SqliteBroker(MemoryBroker):
         if self.get(task.id) is task:
             self._mark(task)
 
-    def insert(self, task: Task, now: Any) -> None:
+    def insert(self, task: Task, now: int) -> None:
         super().insert(task, now)
         self._mark(task)
 
@@ -112,7 +112,7 @@ class SqliteBroker(MemoryBroker):
         self.version += 1
         self.on_change()
 
-    def set_state(self, task: Task, state: State, now: Any) -> None:
+    def set_state(self, task: Task, state: State, now: int) -> None:
         super().set_state(task, state, now)
         self._mark(task)
 
