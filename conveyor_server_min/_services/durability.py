@@ -55,7 +55,11 @@ class Committer:
 
     def _kick(self) -> None:
         if self._runner is None and self.failure is None:
-            self._runner = asyncio.get_running_loop().create_task(self._run(), name="conveyor-store-commit")
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # engine used outside a loop: the next change or sync() commits
+                return
+            self._runner = loop.create_task(self._run(), name="conveyor-store-commit")
 
     async def sync(self) -> None:
         """Return once every change made so far is committed; Unavailable if the store failed."""

@@ -50,7 +50,7 @@ def test_codec_round_trips_every_field() -> None:
         progress_message="half", result=b"r", lease_id=17, lease_expires_at=5, session_id="s1",
         cancel_requested=True, unique_until=61, waiting_on={"01B": FailurePolicy.CASCADE_CANCEL}, token=9,
     )  # fmt: skip
-    back, arrived = decode_task(encode_task(task, 7_250_000_000))
+    back, arrived = decode_task(encode_task(task, 7_250_000_000), task.payload)
     assert arrived == 7_250_000_000
     for name in Task.__slots__:  # type: ignore[attr-defined]
         if name != "token":
@@ -66,7 +66,7 @@ def test_restart_restores_tasks_settings_and_cron(tmp_path: Path) -> None:
     async def first() -> dict[str, str]:
         services = _open(db, clock)
         ids = {
-            "pending": (await enqueue(services, queue="q", unique_key="uk")).id,
+            "pending": (await enqueue(services, queue="q", unique_key="uk", payload=b"\x00big" * 50_000)).id,
             "scheduled": (await enqueue(services, queue="q", process_at={"seconds": 1_800_000_100})).id,
             "agg": (await enqueue(services, queue="g", group="grp")).id,
             "done": (await enqueue(services, queue="w", retention={"seconds": 600})).id,
@@ -107,6 +107,9 @@ def test_restart_restores_tasks_settings_and_cron(tmp_path: Path) -> None:
         assert states == {"pending": S.TASK_STATE_PENDING, "scheduled": S.TASK_STATE_SCHEDULED,
                           "agg": S.TASK_STATE_AGGREGATING, "done": S.TASK_STATE_COMPLETED,
                           "blocked": S.TASK_STATE_PENDING, "waiting": S.TASK_STATE_BLOCKED}  # fmt: skip
+        assert (await get(services, ids["pending"])).payload == b"\x00big" * 50_000
+        conn = services.engine.broker._conn  # type: ignore[attr-defined]
+        assert max(len(r) for (r,) in conn.execute("SELECT row FROM tasks")) < 1000  # payloads apart
         waiting = services.engine.get(ids["waiting"])
         assert waiting is not None and list(waiting.waiting_on) == [ids["pending"]]
         dup = await call(services, "EnqueueBatch", pb.EnqueueBatchRequest(tasks=[pb.EnqueueRequest(

@@ -1,5 +1,8 @@
 """Task rows <-> bytes for the SQLite store (msgpack arrays in a fixed field order).
 
+The payload is not part of the row: it never changes, so the store writes it once, in its own
+table, and a state change rewrites only the small row.
+
 Instants and durations (int nanoseconds, see :mod:`..clock`) pass through
 :func:`enc_time` / :func:`dec_time` and nowhere else, so a change of the engine's time
 type touches only these two functions (and a schema migration that rewrites old rows).
@@ -24,7 +27,7 @@ _decoder = msgspec.msgpack.Decoder()
 # Field order of a stored row (format 1). Appending is compatible; anything else needs a migration.
 _TIMES = ("enqueued_at", "timeout", "deadline", "process_at", "unique_ttl", "retention", "expires_at",
           "due", "started_at", "completed_at", "lease_expires_at", "unique_until")  # fmt: skip
-_PLAIN = ("id", "queue", "type", "payload", "content_type", "metadata", "max_retry", "priority",
+_PLAIN = ("id", "queue", "type", "content_type", "metadata", "max_retry", "priority",
           "unique_key", "group", "concurrency_key", "retried", "last_error", "progress",
           "progress_message", "result", "lease_id", "session_id", "cancel_requested")  # fmt: skip
 
@@ -64,15 +67,15 @@ def encode_task(task: Task, arrived_at: Any = None) -> bytes:
     )
 
 
-def decode_task(blob: bytes) -> tuple[Task, Any]:
-    """A stored row back as a Task plus its bucket arrival time; ValueError when malformed."""
+def decode_task(blob: bytes, payload: bytes = b"") -> tuple[Task, Any]:
+    """A stored row and its payload back as a Task plus its bucket arrival time; ValueError if malformed."""
     try:
         fmt, state, plain, times, deps, policy, waiting, arrived = _decoder.decode(blob)[:8]
         if fmt != ROW_FORMAT:
             raise ValueError(f"unknown row format {fmt}")
         fields: dict[str, Any] = dict(zip(_PLAIN, plain, strict=True))
         fields.update(zip(_TIMES, (dec_time(t) for t in times), strict=True))
-        task = Task(**fields)
+        task = Task(**fields, payload=payload)
         task.state = State(state)
         task.depends_on = tuple(Dependency(d[0], FailurePolicy(d[1])) for d in deps)
         if policy is not None:

@@ -18,14 +18,18 @@ __all__ = ["APPLICATION_ID", "MIGRATIONS", "StoreError", "open_database", "schem
 APPLICATION_ID = 0x436F6E76  # "Conv"
 
 MIGRATIONS: tuple[str, ...] = (
-    # v1: every task as one row (queue/state as columns for inspection, the rest in ``row``),
-    # plus small settings blobs (paused queues, limits, group configs, cron entries).
+    # v1: every task as one row (queue/state as columns for inspection, the rest in ``row``), its
+    # payload written once in ``payloads``, and small settings blobs (pause flags, limits, cron).
     """
     CREATE TABLE tasks (
         id    TEXT PRIMARY KEY,
         queue TEXT NOT NULL,
         state INTEGER NOT NULL,
         row   BLOB NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE payloads (
+        id      TEXT PRIMARY KEY,
+        payload BLOB NOT NULL
     ) WITHOUT ROWID;
     CREATE TABLE settings (
         key   TEXT PRIMARY KEY,

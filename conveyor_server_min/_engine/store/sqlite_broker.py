@@ -37,6 +37,7 @@ class Changes:
     """One transaction's worth of writes, detached from the live objects."""
 
     upserts: list[tuple[str, str, int, bytes]] = field(default_factory=list)
+    payloads: list[tuple[str, bytes]] = field(default_factory=list)
     deletes: list[str] = field(default_factory=list)
     settings: dict[str, bytes] = field(default_factory=dict)
 
@@ -55,6 +56,7 @@ class SqliteBroker(MemoryBroker):
         self._conn = conn if conn is not None else open_database(path)
         self._dirty: dict[str, Task] = {}
         self._deleted: set[str] = set()
+        self._new: set[str] = set()
         self._settings: dict[str, bytes] = {}
         self.version = 0
         self.on_change: Callable[[], None] = lambda: None
@@ -67,14 +69,16 @@ class SqliteBroker(MemoryBroker):
     # --- start-up --------------------------------------------------------------------------------
     def _load(self, now: int) -> None:
         try:
-            rows = self._conn.execute("SELECT row FROM tasks").fetchall()
+            rows = self._conn.execute(
+                "SELECT t.row, p.payload FROM tasks t LEFT JOIN payloads p ON p.id = t.id"
+            ).fetchall()
             settings = self._conn.execute("SELECT key, value FROM settings").fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"database {self.path} cannot be read: {exc}") from None
         loaded: list[tuple[Task, Any]] = []
-        for (blob,) in rows:
+        for blob, payload in rows:
             try:
-                loaded.append(decode_task(blob))
+                loaded.append(decode_task(blob, payload or b""))
             except ValueError as exc:
                 raise StoreError(f"database {self.path} is corrupt: {exc}") from None
         # Bucket members keep arrival order; everything else is order-independent.
@@ -103,11 +107,13 @@ class SqliteBroker(MemoryBroker):
 
     def insert(self, task: Task, now: int) -> None:
         super().insert(task, now)
+        self._new.add(task.id)
         self._mark(task)
 
     def delete(self, task: Task) -> None:
         super().delete(task)
         self._dirty.pop(task.id, None)
+        self._new.discard(task.id)
         self._deleted.add(task.id)
         self.version += 1
         self.on_change()
@@ -136,6 +142,9 @@ class SqliteBroker(MemoryBroker):
                 bucket = self.bucket(task.queue, task.group)
                 arrived = bucket.members.get(task.id) if bucket is not None else None
             changes.upserts.append((task.id, task.queue, int(task.state), encode_task(task, arrived)))
+            if task.id in self._new:
+                changes.payloads.append((task.id, task.payload))
+        self._new = set()
         self._dirty = {}
         self._deleted = set()
         self._settings = {}
@@ -153,7 +162,12 @@ class SqliteBroker(MemoryBroker):
                     changes.upserts,
                 )
             if changes.deletes:
-                conn.executemany("DELETE FROM tasks WHERE id = ?", [(i,) for i in changes.deletes])
+                ids = [(i,) for i in changes.deletes]
+                conn.executemany("DELETE FROM tasks WHERE id = ?", ids)
+                conn.executemany("DELETE FROM payloads WHERE id = ?", ids)
+            if changes.payloads:
+                sql = "INSERT OR REPLACE INTO payloads (id, payload) VALUES (?, ?)"
+                conn.executemany(sql, changes.payloads)
             if changes.settings:
                 conn.executemany(
                     "INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", changes.settings.items()
