@@ -11,6 +11,7 @@ type touches only these two functions (and a schema migration that rewrites old 
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -32,39 +33,50 @@ _PLAIN = ("id", "queue", "type", "content_type", "metadata", "max_retry", "prior
           "progress_message", "result", "lease_id", "session_id", "cancel_requested")  # fmt: skip
 
 
-def enc_time(value: int | None) -> list[int] | None:
-    """An engine instant or duration (int nanoseconds, or None) as stored: ``[seconds, nanos]``.
+_plain = attrgetter(*_PLAIN)
+_times = attrgetter(*_TIMES)
+_INT64 = 2**63
 
-    The pair keeps the whole protobuf Timestamp range exact (it does not fit one int64).
+
+def enc_time(value: int | None) -> int | list[int] | None:
+    """An engine instant or duration (int nanoseconds, or None) as stored.
+
+    Values that fit an int64 (every instant between 1677 and 2262) are stored as they are; the rest
+    of the protobuf Timestamp / Duration range as an exact ``[seconds, nanos]`` pair.
     """
-    return None if value is None else list(to_parts(value))
+    if value is None or -_INT64 <= value < _INT64:
+        return value
+    return list(to_parts(value))
 
 
 def dec_time(value: Any) -> int | None:
-    """A stored ``[seconds, nanos]`` pair (or None) back as engine nanoseconds."""
-    if value is None:
-        return None
+    """A stored time (see :func:`enc_time`) back as engine nanoseconds."""
+    if value is None or type(value) is int:
+        return value
     seconds, nanos = value
-    if not isinstance(seconds, int) or not isinstance(nanos, int):
+    if type(seconds) is not int or type(nanos) is not int:
         raise ValueError(f"bad stored time {value!r}")
     return from_parts(seconds, nanos)
 
 
-def encode_task(task: Task, arrived_at: Any = None) -> bytes:
+def encode_task(task: Task, arrived_at: int | None = None) -> bytes:
     """One row; ``arrived_at`` is the AGGREGATING bucket arrival time (None otherwise)."""
     policy = task.retry_policy
-    return _encoder.encode(
-        [
-            ROW_FORMAT,
-            int(task.state),
-            [getattr(task, name) for name in _PLAIN],
-            [enc_time(getattr(task, name)) for name in _TIMES],
-            [[d.task_id, int(d.on_failure)] for d in task.depends_on],
-            None if policy is None else [policy.strategy, enc_time(policy.base), enc_time(policy.max)],
-            {k: int(v) for k, v in task.waiting_on.items()},
-            enc_time(arrived_at),
-        ]
-    )
+    row: list[Any] = [
+        ROW_FORMAT,
+        int(task.state),
+        _plain(task),
+        _times(task),  # fast path: as stored by enc_time while every value fits an int64
+        [[d.task_id, int(d.on_failure)] for d in task.depends_on],
+        None if policy is None else [policy.strategy, enc_time(policy.base), enc_time(policy.max)],
+        {k: int(v) for k, v in task.waiting_on.items()},
+        enc_time(arrived_at),
+    ]
+    try:
+        return _encoder.encode(row)
+    except OverflowError:
+        row[3] = [enc_time(t) for t in row[3]]
+        return _encoder.encode(row)
 
 
 def decode_task(blob: bytes, payload: bytes = b"") -> tuple[Task, Any]:
