@@ -25,6 +25,11 @@ from conveyor_server_min.service_api import EngineConfig, ServerStreamMethod, Un
 __all__ = ["Services", "build_services"]
 
 _ADMIN = "/conveyor.v1.AdminService/"
+_READS = frozenset(
+    _ADMIN + name
+    for name in ("ListQueues", "ListTasks", "ListRateLimits", "ListConcurrencyLimits", "ListGroupConfigs",
+                 "ListCron", "ListWorkerSessions", "ClusterInfo", "BrokerInfo", "ListWebhookWorkers")
+)  # fmt: skip
 
 
 class Services:
@@ -45,7 +50,7 @@ class Services:
             keeper = self.keeper = SettingsKeeper(engine, broker, self.admin.cron)
             keeper.restore()
             tick = extra
-            extra = lambda: (tick(), keeper.save())  # noqa: E731 - a two-step job for the ticker
+            extra = lambda: (tick(), keeper.save_cron())  # noqa: E731 - a two-step job for the ticker
         self.ticker = Ticker(engine, extra=extra)
         methods += self.admin.methods()
         streams += self.admin.streams()
@@ -62,7 +67,7 @@ class Services:
         """The same method, answering only after its changes (and any before them) are committed."""
         handler, committer, keeper = method.handler, self.committer, self.keeper
         assert committer is not None and keeper is not None
-        admin = method.path.startswith(_ADMIN)
+        admin = method.path.startswith(_ADMIN) and method.path not in _READS
 
         async def call(req, ctx):  # type: ignore[no-untyped-def]
             try:

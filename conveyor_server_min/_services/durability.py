@@ -154,11 +154,18 @@ class SettingsKeeper:
         dispatcher.restore_lease_seq(top)
 
     def save(self) -> None:
-        """Stage whichever settings blob changed since the last save."""
-        for key, blob in ((_LIMITS, self._limits()), (_CRON, self._cron())):
-            if self._saved.get(key) != blob:
-                self._saved[key] = blob
-                self.broker.put_setting(key, blob)
+        """Stage whichever settings blob changed since the last save (after a mutating admin RPC)."""
+        self._stage(_LIMITS, self._limits())
+        self.save_cron()
+
+    def save_cron(self) -> None:
+        """Stage the cron table if a tick armed or fired an entry (it commits with the fired tasks)."""
+        self._stage(_CRON, self._cron())
+
+    def _stage(self, key: str, blob: bytes) -> None:
+        if self._saved.get(key) != blob:
+            self._saved[key] = blob
+            self.broker.put_setting(key, blob)
 
     def _limits(self) -> bytes:
         dispatcher = self.engine.dispatcher
