@@ -9,6 +9,7 @@ import pytest
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk.errors import Unavailable
 from conveyor_server_min._engine.clock import MAX_INSTANT, MIN_INSTANT, NANOS, FakeClock
 from conveyor_server_min._engine.model import Dependency, FailurePolicy, RetryPolicy, State, Task
 from conveyor_server_min._engine.store import Changes, SqliteBroker, StoreError
@@ -192,3 +193,25 @@ def test_write_is_all_or_nothing(tmp_path: Path) -> None:
     rows = broker._conn.execute("SELECT id FROM tasks ORDER BY id").fetchall()
     assert rows == [("a",)]
     broker.close()
+
+
+def test_failed_commit_fails_the_call_and_stops_the_store(tmp_path: Path) -> None:
+    """When a commit cannot be written, the waiting call gets `unavailable` and the server is told to stop."""
+    db, clock = tmp_path / "s.db", FakeClock()
+
+    async def main() -> None:
+        services = _open(db, clock)
+        await enqueue(services, queue="q")
+        broker = services.engine.broker
+        assert isinstance(broker, SqliteBroker)
+        broker._conn.close()  # the next write fails, as on an I/O error
+        with pytest.raises(Unavailable, match="durable store failed"):
+            await enqueue(services, queue="q")
+        assert services.failed.is_set()
+        with pytest.raises(Unavailable):
+            await get(services, "anything")
+        await services.ticker.stop()
+        assert services.committer is not None
+        services.committer._pool.shutdown(wait=True)
+
+    asyncio.run(main())
