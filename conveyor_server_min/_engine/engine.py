@@ -55,6 +55,8 @@ class Engine:
         self.started_at = self.clock.now()
         self.on_timer_change: Callable[[], None] = lambda: None
         self._grown: list[Task] = []  # AGGREGATING tasks committed since the last _after_commit
+        for queue in self.broker.queues_with_due_work(self.started_at):  # rows a store already holds
+            self.dispatcher.mark(queue)
 
     def __repr__(self) -> str:
         return f"Engine(broker={self.broker!r}, dispatcher={self.dispatcher!r})"
