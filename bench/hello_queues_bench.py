@@ -63,11 +63,16 @@ async def _one(url: str, count: int, mode: str, args: argparse.Namespace) -> flo
     if mode == "self":
         return await _drain(url, _queues(count, True), args)
     idle = await _idle_worker(url, count, args)
+    task: asyncio.Task[float] = idle.task  # type: ignore[attr-defined]
     try:
-        return await _drain(url, {QUEUE: 1}, args)
+        rate = await _drain(url, {QUEUE: 1}, args)
     finally:
         if idle._writer is not None:
             idle._writer.close()
+    if task.done() and isinstance(task.exception(), ConnectionError):
+        return f"{_fmt(rate)} (idle Hello rejected)"
+    task.cancel()
+    return rate
 
 
 def run(count: int, mode: str, args: argparse.Namespace) -> float | str:
@@ -89,6 +94,9 @@ def main() -> None:
         for count in (int(c) for c in args.queues.split(",")):
             runs = [run(count, mode, args) for _ in range(args.repeat)]
             rates = [r for r in runs if isinstance(r, float)]
+            if not rates:  # e.g. "12,000 (idle Hello rejected)": show every run
+                print(f"{mode:>6} queues={count:>6}  runs={runs}", flush=True)
+                continue
             shown = f"{statistics.median(rates):>10,.0f}" if rates else f"{runs[0]:>10}"
             print(f"{mode:>6} queues={count:>6}  {shown}   runs={[_fmt(r) for r in runs]}", flush=True)
 
