@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from conveyor_server_min._engine.model import INCOMPLETE, WAITING, State, Task
 
@@ -239,20 +239,22 @@ class MemoryBroker:
 
     def compact(self) -> int:
         """Drop stale heap entries where they outnumber live ones; returns how many were dropped."""
+        return self._compact(self._ready) + self._compact(self._delayed)
+
+    def _compact(self, index: dict[str, list[Any]]) -> int:
         dropped = 0
-        for index in (self._ready, self._delayed):
-            for queue, heap in list(index.items()):
-                counts = self._counts.get(queue, [0] * 10)
-                live = counts[State.PENDING] + counts[State.RETRY]
-                if len(heap) <= 2 * live + 64:
-                    continue
-                keep = [e for e in heap if self._valid(e[-2], e[-1]) is not None]  # type: ignore[arg-type]
-                dropped += len(heap) - len(keep)
-                heapq.heapify(keep)
-                if keep:
-                    heap[:] = keep
-                else:
-                    del index[queue]  # type: ignore[attr-defined]
+        for queue, heap in list(index.items()):
+            counts = self._counts.get(queue, [0] * 10)
+            live = counts[State.PENDING] + counts[State.RETRY]
+            if len(heap) <= 2 * live + 64:
+                continue
+            keep = [e for e in heap if self._valid(e[-2], e[-1]) is not None]
+            dropped += len(heap) - len(keep)
+            heapq.heapify(keep)
+            if keep:
+                heap[:] = keep
+            else:
+                del index[queue]
         return dropped
 
     def queues_with_due_work(self, now: int) -> list[str]:

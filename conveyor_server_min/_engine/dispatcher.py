@@ -50,7 +50,9 @@ class Dispatcher:
         self._queue_swrr: dict[str, dict[str, int]] = {}
         self._dirty: dict[str, None] = {}  # queues that may be able to dispatch
         self._dirty_sessions: dict[str, SessionState] = {}  # sessions that may have a free slot
-        self._has_work: dict[str, None] = {}  # queues that may hold ready tasks (a superset)
+        # Queues that may hold ready tasks (a superset); each session's ``work`` is always
+        # ``_has_work`` restricted to its own queues, so a freed slot looks at nothing else.
+        self._has_work: dict[str, None] = {}
         self._rank: dict[str, dict[str, int]] = {}  # session id -> its queues' Hello order
         self._parked: dict[tuple[str, str], list[tuple[Task, int]]] = {}
         self._lease_seq = 0
@@ -66,8 +68,13 @@ class Dispatcher:
     def register(self, session: SessionState) -> None:
         """Add a session; it gets work once :meth:`mark_session` is called for it (after Welcome)."""
         self.sessions[session.id] = session
-        for queue in session.queues:
+        queues, work = session.queues, self._has_work
+        for queue in queues:
             self._serving.setdefault(queue, {})[session.id] = session
+        if len(queues) <= len(work):
+            session.work = {q: None for q in queues if q in work}
+        else:
+            session.work = {q: None for q in work if q in queues}
 
     def unregister(self, session: SessionState) -> None:
         self.sessions.pop(session.id, None)
@@ -92,7 +99,16 @@ class Dispatcher:
     def mark(self, queue: str) -> None:
         """``queue`` may have gained ready work."""
         self._dirty[queue] = None
-        self._has_work[queue] = None
+        if queue not in self._has_work:
+            self._has_work[queue] = None
+            for session in self._serving.get(queue, {}).values():
+                session.work[queue] = None
+
+    def _drop(self, queue: str) -> None:
+        """``queue`` was seen unable to dispatch: forget it until it is marked again."""
+        if self._has_work.pop(queue, False) is None:
+            for session in self._serving.get(queue, {}).values():
+                session.work.pop(queue, None)
 
     def mark_session(self, session: SessionState) -> None:
         """``session`` may have gained a free slot (costs nothing per queue it declared)."""
@@ -118,7 +134,7 @@ class Dispatcher:
         """Dispatch until nothing more can go; returns the number of deliveries made.
 
         Cost follows the queues that hold ready tasks, never the number of queues a session declared:
-        a freed slot looks only at the session's queues found in ``_has_work``.
+        a freed slot looks only at the session's ``work`` (its queues that may hold ready tasks).
         """
         now = self.clock.now()
         made = 0
@@ -148,14 +164,13 @@ class Dispatcher:
 
     def _ready_queues(self, session: SessionState, now: int) -> list[tuple[str, int]]:
         """The session's queues that can dispatch now, in Hello order, with their weights."""
-        queues, work = session.queues, self._has_work
-        if len(queues) <= len(work):
-            candidates = [q for q in queues if q in work]
-        else:
+        candidates = list(session.work)
+        if len(candidates) > 1:
             rank = self._rank.get(session.id)
             if rank is None:
-                rank = self._rank[session.id] = {q: i for i, q in enumerate(queues)}
-            candidates = sorted((q for q in work if q in rank), key=rank.__getitem__)
+                rank = self._rank[session.id] = {q: i for i, q in enumerate(session.queues)}
+            candidates.sort(key=rank.__getitem__)
+        queues = session.queues
         return [(q, queues[q]) for q in candidates if self._queue_ready(q, now)]
 
     def _step(self, queue: str, now: int) -> bool:
@@ -181,13 +196,13 @@ class Dispatcher:
         """Whether ``queue`` can dispatch now; if not it leaves ``_has_work`` until marked again (every
         way a queue regains work - commit, release, retry, timer, resume, rate refill - marks it)."""
         if self.broker.is_paused(queue) or self.broker.peek_ready(queue, now) is None:
-            self._has_work.pop(queue, None)
+            self._drop(queue)
             return False
         bucket = self.rate_limits.get(queue)
         if bucket is not None and not bucket.available(now):
             wake = bucket.next_token_at()
             self.rate_wake = wake if self.rate_wake is None else min(self.rate_wake, wake)
-            self._has_work.pop(queue, None)
+            self._drop(queue)
             return False
         return True
 
