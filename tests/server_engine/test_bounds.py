@@ -146,6 +146,8 @@ def test_operator_strings_are_bounded() -> None:
             ("SetGroupConfig", pb.SetGroupConfigRequest(
                 queue="q", group=long, max_size=1, max_delay={"seconds": 1}, grace_period={"seconds": 1})),
             ("UpsertCron", pb.UpsertCronRequest(entry=pb.CronEntry(id=long, spec="@hourly", task_type="t"))),
+            ("UpsertCron", pb.UpsertCronRequest(entry=pb.CronEntry(id="c", spec="@hourly" + " " * 249,
+                                                                   task_type="t"))),
             ("UpsertCron", pb.UpsertCronRequest(entry=pb.CronEntry(
                 id="c", spec="@hourly", task_type="t", options=tpb.TaskOptions(concurrency_key=long)))),
             ("PauseQueue", pb.PauseQueueRequest(queue=long)),
