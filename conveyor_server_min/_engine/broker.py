@@ -43,7 +43,15 @@ class GroupBucket:
 
 
 class Broker(Protocol):
-    """What the engine needs from storage."""
+    """What the engine needs from storage.
+
+    Every ``now`` and every time on a :class:`Task` is ``int`` nanoseconds (:mod:`.clock`).
+    Cost contract the dispatcher relies on: ``peek_ready`` / ``pop_ready`` / ``next_timer`` must not
+    scan queues (they run once per dispatch); ``queues_with_due_work`` runs on timer passes and may
+    cost in proportion to the queues holding waiting tasks. ``queues_with_due_work(now)`` answers the
+    queues that have a task ready at ``now`` (moving due delayed tasks into the ready index), and
+    after it ``next_timer()`` reports only instants after ``now``.
+    """
 
     driver: str
 
