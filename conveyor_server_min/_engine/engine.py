@@ -86,9 +86,10 @@ class Engine:
             raise AlreadyExists(f"task {task.id} already exists")
         self._check_unique([task], now)
         self._commit(task, now)
-        reply = task if view is None else view(task)
-        self._after_commit(now)
-        return reply
+        try:
+            return task if view is None else view(task)
+        finally:
+            self._after_commit(now)
 
     @overload
     def enqueue_tx(self, tasks: Sequence[Task]) -> list[Task]: ...
@@ -112,9 +113,10 @@ class Engine:
         self._check_unique(fresh, now)
         for task in fresh:
             self._commit(task, now)
-        replies = out if view is None else [view(task) for task in out]
-        self._after_commit(now)
-        return replies
+        try:
+            return out if view is None else [view(task) for task in out]
+        finally:
+            self._after_commit(now)
 
     def _check_unique(self, tasks: Iterable[Task], now: int) -> None:
         claimed: set[str] = set()
