@@ -71,8 +71,11 @@ def peak_rss_mib(pid: int) -> float:
 class RawConsumer:
     """Minimal gRPC Session worker over h2: Hello, then a SUCCESS Result for every Dispatch."""
 
-    def __init__(self, host: str, port: int, concurrency: int, expected: int) -> None:
+    def __init__(
+        self, host: str, port: int, concurrency: int, expected: int, queues: dict[str, int] | None = None
+    ) -> None:
         self.host, self.port = host, port
+        self.queues = queues or {QUEUE: 1}
         self.concurrency = concurrency
         self.expected = expected
         self.done = 0
@@ -82,6 +85,7 @@ class RawConsumer:
             h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
         )
         self._buf = b""
+        self._pending = b""
         self._writer: asyncio.StreamWriter | None = None
 
     async def run(self) -> float:
@@ -103,9 +107,9 @@ class RawConsumer:
             ],
         )
         hello = pb.WorkerMessage(
-            hello=pb.Hello(queues={QUEUE: 1}, concurrency=self.concurrency, sdk_version="bench")
+            hello=pb.Hello(queues=self.queues, concurrency=self.concurrency, sdk_version="bench")
         )
-        conn.send_data(self.sid, _frame(hello.SerializeToString()))
+        self._send(_frame(hello.SerializeToString()))
         writer.write(conn.data_to_send())
         started = time.perf_counter()
         while not self.finished.is_set():
@@ -130,8 +134,18 @@ class RawConsumer:
                 results += self._on_data(event.data)
             elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
                 raise ConnectionError(f"session ended early: {event}")
-        if results:
-            self.conn.send_data(self.sid, bytes(results))
+        self._send(bytes(results))
+
+    def _send(self, data: bytes) -> None:
+        """Queue ``data`` on the session stream and send what flow control allows now."""
+        self._pending += data
+        conn = self.conn
+        while self._pending:
+            room = min(conn.local_flow_control_window(self.sid), conn.max_outbound_frame_size)
+            if room <= 0:
+                return
+            chunk, self._pending = self._pending[:room], self._pending[room:]
+            conn.send_data(self.sid, chunk)
 
     def _on_data(self, data: bytes) -> bytes:
         buf = self._buf + data

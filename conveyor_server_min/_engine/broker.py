@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from conveyor_server_min._engine.model import INCOMPLETE, WAITING, State, Task
 
@@ -43,7 +43,15 @@ class GroupBucket:
 
 
 class Broker(Protocol):
-    """What the engine needs from storage."""
+    """What the engine needs from storage.
+
+    Every ``now`` and every time on a :class:`Task` is ``int`` nanoseconds (:mod:`.clock`).
+    Cost contract the dispatcher relies on: ``peek_ready`` / ``pop_ready`` / ``next_timer`` must not
+    scan queues (they run once per dispatch); ``queues_with_due_work`` runs on timer passes and may
+    cost in proportion to the queues holding waiting tasks. ``queues_with_due_work(now)`` answers the
+    queues that have a task ready at ``now`` (moving due delayed tasks into the ready index), and
+    after it ``next_timer()`` reports only instants after ``now``.
+    """
 
     driver: str
 
@@ -88,6 +96,7 @@ class MemoryBroker:
         self._scheduled: list[tuple[int, str, int]] = []
         self._expiring: list[tuple[int, str]] = []
         self._purge: list[tuple[int, str, int]] = []
+        self._timers: list[tuple[int, str]] = []
         self._active: dict[str, Task] = {}
         self._unique: dict[str, str] = {}
         self._buckets: dict[tuple[str, str], GroupBucket] = {}
@@ -181,6 +190,9 @@ class MemoryBroker:
         return holder
 
     # --- dispatch index --------------------------------------------------------------------------
+    # Per queue: a ready heap (-priority, due, id, token) and a delayed heap (due, id, token). Empty
+    # heaps are dropped, so every per-queue scan costs in proportion to queues that hold entries. One
+    # global timer heap (due, queue) finds the earliest delayed entry without scanning queues.
     def requeue(self, task: Task, now: int) -> None:
         """(Re)index a PENDING/RETRY task: ready if due, else delayed."""
         task.token += 1
@@ -190,6 +202,7 @@ class MemoryBroker:
         else:
             delayed = self._delayed.setdefault(task.queue, [])
             heapq.heappush(delayed, (task.due, task.id, task.token))
+            heapq.heappush(self._timers, (task.due, task.queue))
 
     def _valid(self, task_id: str, token: int) -> Task | None:
         task = self._tasks.get(task_id)
@@ -199,7 +212,7 @@ class MemoryBroker:
 
     def _promote_delayed(self, queue: str, now: int) -> None:
         delayed = self._delayed.get(queue)
-        if not delayed:
+        if not delayed or delayed[0][0] > now:
             return
         ready = self._ready.setdefault(queue, [])
         while delayed and delayed[0][0] <= now:
@@ -207,49 +220,74 @@ class MemoryBroker:
             task = self._valid(task_id, token)
             if task is not None:
                 heapq.heappush(ready, (-task.priority, due, task_id, token))
+        if not delayed:
+            del self._delayed[queue]
+        if not ready:
+            del self._ready[queue]
 
     def peek_ready(self, queue: str, now: int) -> Task | None:
         self._promote_delayed(queue, now)
         heap = self._ready.get(queue)
+        if heap is None:
+            return None
         while heap:
             _, _, task_id, token = heap[0]
             task = self._valid(task_id, token)
             if task is not None:
                 return task
             heapq.heappop(heap)
+        del self._ready[queue]
         return None
 
     def pop_ready(self, queue: str, now: int) -> Task | None:
         task = self.peek_ready(queue, now)
         if task is not None:
-            heapq.heappop(self._ready[queue])
+            heap = self._ready[queue]
+            heapq.heappop(heap)
+            if not heap:
+                del self._ready[queue]
             task.token += 1
         return task
 
     def compact(self) -> int:
         """Drop stale heap entries where they outnumber live ones; returns how many were dropped."""
+        return self._compact(self._ready) + self._compact(self._delayed)
+
+    def _compact(self, index: dict[str, list[Any]]) -> int:
         dropped = 0
-        for queue, heap in list(self._ready.items()) + list(self._delayed.items()):  # type: ignore[operator]
+        for queue, heap in list(index.items()):
             counts = self._counts.get(queue, [0] * 10)
             live = counts[State.PENDING] + counts[State.RETRY]
             if len(heap) <= 2 * live + 64:
                 continue
-            keep = [e for e in heap if self._valid(e[-2], e[-1]) is not None]  # type: ignore[arg-type]
+            keep = [e for e in heap if self._valid(e[-2], e[-1]) is not None]
             dropped += len(heap) - len(keep)
             heapq.heapify(keep)
-            heap[:] = keep
+            if keep:
+                heap[:] = keep
+            else:
+                del index[queue]
         return dropped
 
     def queues_with_due_work(self, now: int) -> list[str]:
-        out = [q for q, heap in self._ready.items() if heap]
-        out += [q for q, heap in self._delayed.items() if heap and heap[0][0] <= now and q not in out]
-        return out
+        """Queues with a task ready at ``now``; due delayed entries move to their ready heaps first."""
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, queue = heapq.heappop(timers)
+            self._promote_delayed(queue, now)
+        return list(self._ready)
 
     def next_timer(self) -> int | None:
         """Earliest instant at which a delayed PENDING/RETRY task becomes due (SCHEDULED ones wait
         for the promoter)."""
-        candidates = [heap[0][0] for heap in self._delayed.values() if heap]
-        return min(candidates) if candidates else None
+        timers = self._timers
+        while timers:
+            due, queue = timers[0]
+            delayed = self._delayed.get(queue)
+            if delayed and delayed[0][0] <= due:
+                return due
+            heapq.heappop(timers)  # that entry already moved to the ready heap
+        return None
 
     # --- timers ---------------------------------------------------------------------------------
     def pop_due_scheduled(self, now: int, limit: int) -> list[Task]:

@@ -55,6 +55,8 @@ class Engine:
         self.started_at = self.clock.now()
         self.on_timer_change: Callable[[], None] = lambda: None
         self._grown: list[Task] = []  # AGGREGATING tasks committed since the last _after_commit
+        for queue in self.broker.queues_with_due_work(self.started_at):  # rows a store already holds
+            self.dispatcher.mark(queue)
 
     def __repr__(self) -> str:
         return f"Engine(broker={self.broker!r}, dispatcher={self.dispatcher!r})"
@@ -84,9 +86,10 @@ class Engine:
             raise AlreadyExists(f"task {task.id} already exists")
         self._check_unique([task], now)
         self._commit(task, now)
-        reply = task if view is None else view(task)
-        self._after_commit(now)
-        return reply
+        try:
+            return task if view is None else view(task)
+        finally:
+            self._after_commit(now)
 
     @overload
     def enqueue_tx(self, tasks: Sequence[Task]) -> list[Task]: ...
@@ -110,9 +113,10 @@ class Engine:
         self._check_unique(fresh, now)
         for task in fresh:
             self._commit(task, now)
-        replies = out if view is None else [view(task) for task in out]
-        self._after_commit(now)
-        return replies
+        try:
+            return out if view is None else [view(task) for task in out]
+        finally:
+            self._after_commit(now)
 
     def _check_unique(self, tasks: Iterable[Task], now: int) -> None:
         claimed: set[str] = set()

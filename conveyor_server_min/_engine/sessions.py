@@ -77,6 +77,7 @@ class SessionState:
     deliveries: dict[int, Delivery] = field(default_factory=dict)
     by_task: dict[str, Delivery] = field(default_factory=dict)
     queue_swrr: dict[str, int] = field(default_factory=dict)
+    work: dict[str, None] = field(default_factory=dict)  # own queues that may hold ready tasks
     dispatched: int = 0
 
     @property

@@ -93,12 +93,13 @@ class CronService:
             raise InvalidArgument("cron entry id is required")
         if not entry.task_type:
             raise InvalidArgument("cron entry task_type is required")
+        check_size("cron entry id", entry.id, MAX_NAME)
+        check_size("cron spec", entry.spec, MAX_NAME)
         try:
             schedule = parse_cron(entry.spec)
         except ValueError as exc:
             raise InvalidArgument(f"invalid cron spec {entry.spec!r}: {exc}") from None
         entry.queue = entry.queue or "default"
-        check_size("cron entry id", entry.id, MAX_NAME)
         # the options a fired task would carry must pass Enqueue validation now, not fail every tick
         engine = self.engine
         build_task(_request(entry, 0), now=engine.now(), new_id=lambda: "", default_max_retry=0)

@@ -19,6 +19,7 @@ from conveyor_sdk.errors import ConveyorError, Internal, ProtocolError, Unavaila
 from conveyor_server_min._engine.engine import Engine
 from conveyor_server_min._engine.model import Outcome
 from conveyor_server_min._engine.sessions import Action, BatchAction, CancelAction, SessionState
+from conveyor_server_min._services.bounds import truncate
 from conveyor_server_min._services.convert import envelope, timestamp
 from conveyor_server_min._services.hello import check_hello, welcome
 from conveyor_server_min.service_api import CallContext
@@ -184,14 +185,15 @@ class SessionHandler:
         if kind == "result":
             r = msg.result
             _check_result(r)
-            engine.result(session, r.task_id, r.outcome, r.error_msg, r.result)
+            engine.result(session, r.task_id, r.outcome, truncate(r.error_msg), r.result)
         elif kind == "heartbeat":
             engine.heartbeat(session, list(msg.heartbeat.active_task_ids))
         elif kind == "batch_result":
             for r in msg.batch_result.results:
                 _check_result(r)
             engine.batch_result(
-                session, [(r.task_id, r.outcome, r.error_msg, r.result) for r in msg.batch_result.results]
+                session,
+                [(r.task_id, r.outcome, truncate(r.error_msg), r.result) for r in msg.batch_result.results],
             )
         elif kind == "credit":
             n = msg.credit.n
@@ -206,7 +208,7 @@ class SessionHandler:
             p = msg.progress
             if not p.task_id:
                 raise ProtocolError("protocol violation: Progress without task_id")
-            engine.progress(session, p.task_id, p.percent, p.message)
+            engine.progress(session, p.task_id, p.percent, truncate(p.message))
         elif kind == "hello":
             raise ProtocolError("protocol violation: duplicate Hello frame")
         else:

@@ -81,8 +81,10 @@ class Model:
         for queue, counts in eng.broker.counts().items():
             for state in range(1, 10):
                 assert counts[state] == recount[(queue, state)], (queue, state)
+        has_work = eng.dispatcher._has_work
         for session in eng.dispatcher.sessions.values():
             assert 0 <= len(session.deliveries) <= session.concurrency
+            assert set(session.work) == {q for q in session.queues if q in has_work}, "work index"
         for task in tasks:
             if task is not None and task.state is State.ACTIVE:
                 holder = eng.dispatcher.sessions[task.session_id]

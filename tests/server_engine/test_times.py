@@ -138,3 +138,24 @@ def test_timestamp_encoding_never_fails() -> None:
     assert timestamp(MAX_INSTANT + 10**30).ToNanoseconds() == MAX_INSTANT
     assert timestamp(MIN_INSTANT - 1).ToNanoseconds() == MIN_INSTANT
     assert FakeClock(NOW).now() == NOW
+
+
+def test_batch_deadline_and_cron_next_run_are_exact() -> None:
+    """BatchDispatch.deadline and ListCron next_run_at carry the engine's nanoseconds unchanged."""
+
+    async def main() -> None:
+        services, _ = make(start=NOW)
+        w = Worker(services)
+        await w.open(batch_types=["b"])
+        for _ in range(3):
+            await call(services, "Enqueue", pb.EnqueueRequest(type="b", group="g", timeout=_dur(ODD)))
+        msg = await w.next()
+        assert _ns(msg.batch_dispatch.deadline) == NOW + ODD
+        entry = pb.CronEntry(id="c", spec="@every 1.000000001s", task_type="t")
+        await call(services, "UpsertCron", pb.UpsertCronRequest(entry=entry))
+        services.admin.cron.tick()
+        listed = (await call(services, "ListCron", pb.ListCronRequest())).entries[0]
+        assert _ns(listed.next_run_at) == NOW + NANOS + 1
+        await w.close()
+
+    asyncio.run(main())
