@@ -141,7 +141,10 @@ def test_task_leased_at_crash_is_redelivered_after_lease_expiry_with_one_retry(t
         task_id = (await enqueue(services, queue="default")).id
         worker = Worker(services)
         await worker.open()
-        assert (await worker.dispatch()).task.id == task_id  # sent only after the lease was committed
+        assert (await worker.dispatch()).task.id == task_id
+        conn = services.engine.broker._conn  # type: ignore[attr-defined]
+        row = conn.execute("SELECT state FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        assert row == (int(State.ACTIVE),)  # the Dispatch went out only after its lease was committed
         await _crash(services)
         return task_id
 
