@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
+from google.protobuf.message import DecodeError as ProtoDecodeError
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import Unavailable
@@ -26,7 +27,7 @@ from conveyor_server_min._engine.cronspec import parse_cron
 from conveyor_server_min._engine.engine import Engine
 from conveyor_server_min._engine.limits import GroupConfig, TokenBucket
 from conveyor_server_min._engine.model import State
-from conveyor_server_min._engine.store import SqliteBroker
+from conveyor_server_min._engine.store import SqliteBroker, StoreError
 from conveyor_server_min._engine.store.codec import dec_time, enc_time
 from conveyor_server_min._services.cron import CronService, Entry
 
@@ -128,6 +129,13 @@ class SettingsKeeper:
 
     def restore(self) -> None:
         """Load saved settings into the engine and rebuild the lease bookkeeping of ACTIVE tasks."""
+        try:
+            self._restore_settings()
+        except (msgspec.DecodeError, ProtoDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"database {self.broker.path} is corrupt: settings: {exc}") from None
+        self._restore_leases()
+
+    def _restore_settings(self) -> None:
         saved = self._saved
         if _LIMITS in saved:
             limits = msgspec.msgpack.decode(saved[_LIMITS])
@@ -141,7 +149,6 @@ class SettingsKeeper:
         for raw, next_run in msgspec.msgpack.decode(saved[_CRON]) if _CRON in saved else ():
             message = pb.CronEntry.FromString(raw)
             self.cron.entries[message.id] = Entry(message, parse_cron(message.spec), dec_time(next_run))
-        self._restore_leases()
 
     def _restore_leases(self) -> None:
         transitions, dispatcher = self.engine.transitions, self.engine.dispatcher

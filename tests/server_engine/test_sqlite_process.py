@@ -62,6 +62,11 @@ def test_corrupt_foreign_newer_and_unwritable_files(tmp_path: Path) -> None:
     newer = tmp_path / "newer.db"
     open_database(str(newer), (*MIGRATIONS, "CREATE TABLE later (x)")).close()
     _one_line_error(_run_server("--db", str(newer)), "newer than this server supports")
+    bad_settings = tmp_path / "settings.db"
+    conn = open_database(str(bad_settings))
+    conn.execute("INSERT INTO settings (key, value) VALUES ('cron', x'c1')")
+    conn.close()
+    _one_line_error(_run_server("--db", str(bad_settings)), "is corrupt: settings")
     _one_line_error(_run_server("--db", str(tmp_path / "missing" / "x.db")), "does not exist")
     _one_line_error(_run_server("--db", "/proc/conveyor-test.db"), "not writable")
 

@@ -89,8 +89,11 @@ class SqliteBroker(MemoryBroker):
             for prereq in task.waiting_on if task.state is State.BLOCKED else ():
                 super().add_dependent(prereq, task.id)
         self.stored_settings = {key: bytes(value) for key, value in settings}
-        paused = self.stored_settings.get(_PAUSED)
-        for queue in msgspec.msgpack.decode(paused) if paused else ():
+        try:
+            paused = msgspec.msgpack.decode(self.stored_settings.get(_PAUSED, b"\x90"), type=list[str])
+        except msgspec.DecodeError as exc:
+            raise StoreError(f"database {self.path} is corrupt: paused queues: {exc}") from None
+        for queue in paused:
             super().set_paused(queue, True)
 
     # --- change tracking -------------------------------------------------------------------------
