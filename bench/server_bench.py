@@ -1,6 +1,10 @@
 """Reference-server benchmark: batch enqueue, dispatch-to-result through a raw session, unary Enqueue.
 
-Run:  .venv/bin/python bench/server_bench.py [--tasks 20000] [--concurrency 256] [--unary 3000]
+Run:  .venv/bin/python bench/server_bench.py [--tasks 20000] [--concurrency 256] [--unary 3000] [--db]
+
+``--db`` runs the same phases a second time on the durable SQLite store (a temporary
+file) and prints them next to the in-memory figures, then measures the file size per
+100,000 completed tasks with and without retention (:mod:`_store_size`).
 
 It starts ``python -m conveyor_server_min --dev`` on a free port, enqueues
 ``--tasks`` no-op tasks with EnqueueBatch (1000 per call), drains them with a
@@ -22,6 +26,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +43,9 @@ sys.path.insert(0, str(ROOT))
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb  # noqa: E402
 from conveyor_sdk._gen.conveyor.v1.service_connect import TaskServiceClient  # noqa: E402
 from conveyor_server_min.testing import ServerProcess  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from _store_size import store_sizes  # noqa: E402
 
 SESSION = "/conveyor.v1.WorkerService/Session"
 QUEUE = "bench"
@@ -63,8 +71,11 @@ def peak_rss_mib(pid: int) -> float:
 class RawConsumer:
     """Minimal gRPC Session worker over h2: Hello, then a SUCCESS Result for every Dispatch."""
 
-    def __init__(self, host: str, port: int, concurrency: int, expected: int) -> None:
+    def __init__(
+        self, host: str, port: int, concurrency: int, expected: int, queues: dict[str, int] | None = None
+    ) -> None:
         self.host, self.port = host, port
+        self.queues = queues or {QUEUE: 1}
         self.concurrency = concurrency
         self.expected = expected
         self.done = 0
@@ -74,6 +85,7 @@ class RawConsumer:
             h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
         )
         self._buf = b""
+        self._pending = b""
         self._writer: asyncio.StreamWriter | None = None
 
     async def run(self) -> float:
@@ -95,9 +107,9 @@ class RawConsumer:
             ],
         )
         hello = pb.WorkerMessage(
-            hello=pb.Hello(queues={QUEUE: 1}, concurrency=self.concurrency, sdk_version="bench")
+            hello=pb.Hello(queues=self.queues, concurrency=self.concurrency, sdk_version="bench")
         )
-        conn.send_data(self.sid, _frame(hello.SerializeToString()))
+        self._send(_frame(hello.SerializeToString()))
         writer.write(conn.data_to_send())
         started = time.perf_counter()
         while not self.finished.is_set():
@@ -122,8 +134,18 @@ class RawConsumer:
                 results += self._on_data(event.data)
             elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
                 raise ConnectionError(f"session ended early: {event}")
-        if results:
-            self.conn.send_data(self.sid, bytes(results))
+        self._send(bytes(results))
+
+    def _send(self, data: bytes) -> None:
+        """Queue ``data`` on the session stream and send what flow control allows now."""
+        self._pending += data
+        conn = self.conn
+        while self._pending:
+            room = min(conn.local_flow_control_window(self.sid), conn.max_outbound_frame_size)
+            if room <= 0:
+                return
+            chunk, self._pending = self._pending[:room], self._pending[room:]
+            conn.send_data(self.sid, chunk)
 
     def _on_data(self, data: bytes) -> bytes:
         buf = self._buf + data
@@ -175,18 +197,26 @@ async def batch_enqueue(url: str, total: int) -> float:
     return time.perf_counter() - started
 
 
-async def unary_enqueue(url: str, total: int, parallel: int = 32) -> float:
-    """Seconds for ``total`` unary Enqueue calls, ``parallel`` in flight."""
+async def unary_enqueue(url: str, total: int, parallel: int = 32) -> tuple[float, list[float]]:
+    """Seconds for ``total`` unary Enqueue calls, ``parallel`` in flight, and each call's latency."""
     client = _client(url)
     req = pb.EnqueueRequest(queue="unary", type="noop", payload=b"{}")
+    latencies: list[float] = []
 
     async def lane(n: int) -> None:
         for _ in range(n):
+            t0 = time.perf_counter()
             await client.enqueue(req)
+            latencies.append(time.perf_counter() - t0)
 
     started = time.perf_counter()
     await asyncio.gather(*(lane(total // parallel) for _ in range(parallel)))
-    return time.perf_counter() - started
+    return time.perf_counter() - started, latencies
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else float("nan")
 
 
 @dataclass
@@ -196,6 +226,7 @@ class Figures:
     cpu_per_10k: float = 0.0
     rss_mib: float = 0.0
     unary_s: float = 0.0
+    unary_p99_ms: float = 0.0
     unary_cpu_ms: float = 0.0
 
 
@@ -210,7 +241,9 @@ def measure(url: str, pid: int, args: argparse.Namespace, *, enqueue: bool = Tru
     fig.tasks_s = args.tasks / asyncio.run(consumer.run())
     fig.cpu_per_10k = (cpu_seconds(pid) - cpu0) * 10_000 / args.tasks
     cpu1 = cpu_seconds(pid)
-    fig.unary_s = (args.unary // 32 * 32) / asyncio.run(unary_enqueue(url, args.unary))
+    elapsed, latencies = asyncio.run(unary_enqueue(url, args.unary))
+    fig.unary_s = (args.unary // 32 * 32) / elapsed
+    fig.unary_p99_ms = p99(latencies) * 1000
     fig.unary_cpu_ms = (cpu_seconds(pid) - cpu1) * 1000 / (args.unary // 32 * 32)
     fig.rss_mib = peak_rss_mib(pid)
     return fig
@@ -306,40 +339,72 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--unary", type=int, default=3_000)
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument(
+        "--db", action="store_true", help="also run on the durable SQLite store (a temp file) and size it"
+    )
+    parser.add_argument("--size-tasks", type=int, default=100_000, help="tasks for the --db file-size phase")
     parser.add_argument("--baseline-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline_server:
         baseline_server(args.tasks)
         return
-    server = ServerProcess(["--dev"])
+    ours = run_server(["--dev"], args)
+    durable = sizes = None
+    if args.db:
+        with tempfile.TemporaryDirectory(prefix="conveyor-bench-") as folder:
+            durable = run_server(["--dev", "--db", str(Path(folder) / "bench.db")], args)
+            sizes = store_sizes(args.size_tasks, folder, RawConsumer, _client, QUEUE)
+    base = None if args.no_baseline else run_baseline(args)
+    report(ours, base, args, 0, durable)
+    if sizes is not None:
+        print(f"SQLite file size per 100,000 completed tasks (measured with {args.size_tasks:,}, scaled):")
+        for label, size in sizes:
+            print(f"  {label:58} {size / 2**20:8.1f} MiB")
+        print("  (without retention the size is bounded by backlog + one reap interval, not by the count)")
+
+
+def run_server(flags: list[str], args: argparse.Namespace) -> Figures:
+    """Measure one server; exits when it does not stop cleanly."""
+    server = ServerProcess(flags)
     server.start()
     try:
         assert server.proc is not None
-        ours = measure(server.url, server.proc.pid, args)
+        figures = measure(server.url, server.proc.pid, args)
     finally:
         code = server.stop()
         if server.proc is not None and server.proc.stdout is not None:
             server.proc.stdout.close()
-    base = None if args.no_baseline else run_baseline(args)
-    report(ours, base, args, code)
+    if code:
+        raise SystemExit(f"server {flags} exited with {code}")
+    return figures
 
 
-def report(ours: Figures, base: Figures | None, args: argparse.Namespace, code: int) -> None:
+def report(
+    ours: Figures, base: Figures | None, args: argparse.Namespace, code: int, durable: Figures | None = None
+) -> None:
     def col(value: float | None, fmt: str) -> str:
         return format(value, fmt) if value is not None else "n/a"
 
     rows = [
-        ("batch enqueue (items/s)", ours.batch_items_s, None, ">= 20,000", ",.0f"),
-        ("dispatch-to-result (tasks/s)", ours.tasks_s, base and base.tasks_s, ">= 5,000", ",.0f"),
-        ("server CPU s / 10k tasks", ours.cpu_per_10k, base and base.cpu_per_10k, "", ".2f"),
-        ("unary Enqueue (calls/s)", ours.unary_s, base and base.unary_s, "", ",.0f"),
-        ("server CPU ms / unary call", ours.unary_cpu_ms, base and base.unary_cpu_ms, "", ".3f"),
-        ("server peak RSS (MiB)", ours.rss_mib, base and base.rss_mib, "", ".1f"),
+        ("batch enqueue (items/s)", "batch_items_s", ">= 20,000", ",.0f"),
+        ("dispatch-to-result (tasks/s)", "tasks_s", ">= 5,000", ",.0f"),
+        ("server CPU s / 10k tasks", "cpu_per_10k", "", ".2f"),
+        ("unary Enqueue (calls/s)", "unary_s", "", ",.0f"),
+        ("unary Enqueue p99 (ms)", "unary_p99_ms", "", ".2f"),
+        ("server CPU ms / unary call", "unary_cpu_ms", "", ".3f"),
+        ("server peak RSS (MiB)", "rss_mib", "", ".1f"),
     ]
     print(f"tasks={args.tasks} concurrency={args.concurrency} unary={args.unary} cores={os.cpu_count()}")
-    print(f"{'metric':32} {'conveyor_server_min':>20} {'grpcio baseline':>16} {'target':>10}")
-    for name, value, baseline, target, fmt in rows:
-        print(f"{name:32} {col(value, fmt):>20} {col(baseline, fmt):>16} {target:>10}")
+    extra = f" {'sqlite --db':>14}" if durable else ""
+    print(f"{'metric':32} {'conveyor_server_min':>20}{extra} {'grpcio baseline':>16} {'target':>10}")
+    for name, attr, target, fmt in rows:
+        value, baseline = getattr(ours, attr), base and getattr(base, attr)
+        if attr == "batch_items_s":
+            baseline = None  # the baseline has no engine to enqueue into
+        durable_col = f" {col(getattr(durable, attr), fmt):>14}" if durable else ""
+        print(f"{name:32} {col(value, fmt):>20}{durable_col} {col(baseline, fmt):>16} {target:>10}")
+    if durable:
+        print("sqlite --db = the same server on the durable store (commit before every acknowledgement)")
     print("baseline = grpcio C-core server, no engine (transport cost only); same clients")
     print(f"server exit code: {code}")
 

@@ -120,6 +120,15 @@ def register(app: typer.Typer) -> None:
                 "default: the app's own, else $CONVEYOR_ENCRYPTION_KEY_FILE / $CONVEYOR_ENCRYPTION_KEY.",
             ),
         ] = None,
+        embedded_db: Annotated[
+            str | None,
+            typer.Option(
+                "--embedded-db",
+                envvar="CONVEYOR_EMBEDDED_DB",
+                metavar="PATH",
+                help="Keep the embedded server's tasks in this SQLite file (survives restarts).",
+            ),
+        ] = None,
     ) -> None:
         code = run_worker_command(
             app_spec,
@@ -137,6 +146,7 @@ def register(app: typer.Typer) -> None:
             log_format=log_format,
             demo=demo,
             key_file=key_file,
+            embedded_db=embedded_db,
         )
         raise typer.Exit(code)
 
@@ -158,12 +168,15 @@ def run_worker_command(
     log_format: str,
     demo: bool,
     key_file: str | None = None,
+    embedded_db: str | None = None,
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
     from conveyor_sdk._runtime.supervisor import SupervisorConfig
 
     if log_format not in ("text", "json"):
         fail(f"--log-format must be text or json, got {log_format!r}")
+    if embedded_db and server:
+        fail("--embedded-db configures the embedded server; it cannot be combined with --server")
     try:
         pools, procs = _validate(queue, pool, concurrency, processes)
         grace_s = parse_duration(grace)
@@ -197,6 +210,7 @@ def run_worker_command(
         demo=demo,
         live=sys.stderr.isatty() and log_format == "text",
         encryption=encryption,
+        embedded_db=embedded_db or None,
     )
     return _serve(config, registry)
 

@@ -98,6 +98,15 @@ OPTIONS: tuple[Option, ...] = (
         "tls_cert", "--tls-cert", "path", "PEM certificate chain; enables TLS with --tls-key.", metavar="FILE"
     ),
     Option("tls_key", "--tls-key", "path", "PEM private key for --tls-cert.", metavar="FILE"),
+    Option(
+        "db",
+        "--db",
+        "path",
+        "Durable store: keep every task and setting in this SQLite file (created if missing); "
+        "default: in memory, lost on restart. Env: CONVEYOR_DB.",
+        env="CONVEYOR_DB",
+        metavar="PATH",
+    ),
 )
 
 _ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
@@ -118,6 +127,7 @@ class ServerConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE
     max_concurrent_streams: int = 1000
     shutdown_grace: float = 3.0  # total budget for a graceful stop (sessions end, streams drain)
+    db: str | None = None  # SQLite file of the durable store; None = in-memory broker
 
     @property
     def tls(self) -> bool:
@@ -200,6 +210,7 @@ def build_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None)
         tls_cert=values.get("tls_cert"),
         tls_key=values.get("tls_key"),
         engine=engine,
+        db=values.get("db") or None,
     )
 
 

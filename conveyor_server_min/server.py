@@ -32,11 +32,21 @@ __all__ = ["Server", "run"]
 log = logging.getLogger("conveyor.server")
 
 
-def load_services(engine: EngineConfig) -> ServiceSet:
-    """The real services (``conveyor_server_min._services.build_services``)."""
+def load_services(engine: EngineConfig, db: str | None = None) -> ServiceSet:
+    """The real services (``conveyor_server_min._services.build_services``); ``db`` = durable store.
+
+    Raises :class:`~conveyor_server_min._engine.store.StoreError` when the database cannot be used.
+    """
     from conveyor_server_min._services import build_services
 
-    return build_services(engine)
+    return build_services(engine, db=db)
+
+
+def store_description(config: ServerConfig) -> str:
+    """The one start-up line naming the store."""
+    if config.db:
+        return f"store: sqlite {config.db} (durable: acknowledged work survives a restart)"
+    return "store: memory (NOT durable: a restart loses every task; use --db PATH to keep them)"
 
 
 class Server:
@@ -75,7 +85,7 @@ class Server:
         """Start services and bind; returns the URL clients should use."""
         config = self.config
         if self._services is None:
-            self._services = load_services(config.engine)
+            self._services = load_services(config.engine, config.db)
         await self._services.start()
         router = Router(
             self._services,
@@ -145,21 +155,33 @@ async def _bounded(awaitable: Any, seconds: float, what: str) -> None:
 
 
 async def _serve(config: ServerConfig) -> int:
+    from conveyor_server_min._engine.store import StoreError
+
     server = Server(config)
     try:
         url = await server.start()
     except OSError as exc:
         print(f"error: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    print(store_description(config), file=sys.stderr, flush=True)
     print(f"listening on {url}", flush=True)
-    await stop.wait()
+    failed = getattr(server.services, "failed", None)
+    waits = [asyncio.ensure_future(stop.wait())]
+    if isinstance(failed, asyncio.Event):
+        waits.append(asyncio.ensure_future(failed.wait()))
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in waits:
+        waiter.cancel()
     log.info("shutting down")
     await server.stop()
-    return 0
+    return 1 if isinstance(failed, asyncio.Event) and failed.is_set() else 0
 
 
 def run(config: ServerConfig) -> int:

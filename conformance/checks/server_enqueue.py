@@ -16,6 +16,7 @@ from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 
 SCHEDULED = tpb.TASK_STATE_SCHEDULED
 BLOCKED = tpb.TASK_STATE_BLOCKED
+AGGREGATING = tpb.TASK_STATE_AGGREGATING
 MIB = 1 << 20
 
 
@@ -253,3 +254,63 @@ async def get_task_errors(ctx: CheckContext) -> str:
     await ctx.expect_error("invalid_argument", ctx.api.get_task(""), "empty id")
     await ctx.expect_error("not_found", ctx.api.get_task("01ZZZZZZZZZZZZZZZZZZZZZZZZ"), "unknown id")
     return "empty -> invalid_argument, unknown -> not_found"
+
+
+def _initial_state_problems(replies: list[tuple[str, pb.TaskInfo]], want: int) -> list[str]:
+    """Replies whose state is not ``want`` or that carry a started_at (they were dispatched already)."""
+    name = tpb.TaskState.Name(want).removeprefix("TASK_STATE_")
+    return [
+        f"{what} answered {describe(info)}{' with started_at' if info.HasField('started_at') else ''}"
+        for what, info in replies
+        if info.state != want or info.HasField("started_at")
+    ] + ([] if replies else [f"no replies to check for {name}"])
+
+
+@check(
+    "server.6.1.reply-initial-state-with-worker",
+    section="6.1",
+    description=(
+        "With an idle worker connected, Enqueue / EnqueueBatch / EnqueueTx still answer the initial "
+        "state (PENDING, no started_at), though the worker receives the tasks at once."
+    ),
+)
+async def reply_initial_state_with_worker(ctx: CheckContext) -> str:
+    sess, _ = await ctx.worker_session(concurrency=8)
+    one = await ctx.enqueue()
+    batch = await ctx.api.enqueue_batch([ctx.request(), ctx.request()])
+    tx = await ctx.api.enqueue_tx([ctx.request(), ctx.request()])
+    replies = [("Enqueue", one)]
+    replies += [(f"EnqueueBatch item {i}", r.task) for i, r in enumerate(batch.results)]
+    replies += [(f"EnqueueTx item {i}", t) for i, t in enumerate(tx.tasks)]
+    problems = _initial_state_problems(replies, PENDING)
+    ctx.expect(not problems, "; ".join(problems))
+    got = set()
+    for _ in replies:
+        msg = await sess.expect("dispatch", ctx.t(10))
+        got.add(msg.dispatch.task.id)
+        await sess.result(msg.dispatch.task.id, SUCCESS)
+    ctx.expect(got == {info.id for _, info in replies}, "the worker did not receive the enqueued tasks")
+    return f"{len(replies)} replies PENDING without started_at; all {len(got)} dispatched to the idle worker"
+
+
+@check(
+    "server.6.1.group-filling-reply-aggregating",
+    section="6.1",
+    description=(
+        "With a batch-capable worker connected, the member whose Enqueue fills a group (size 3) "
+        "answers AGGREGATING, though the group fires at once."
+    ),
+    requires=[Requirement.SHORT_LEASE],
+)
+async def group_filling_reply(ctx: CheckContext) -> str:
+    batch_type = "conformance:batch"
+    sess, _ = await ctx.worker_session(concurrency=1, batch_types=[batch_type])
+    infos = [await ctx.enqueue(type=batch_type, group="g") for _ in range(3)]
+    problems = _initial_state_problems([(f"member {i}", t) for i, t in enumerate(infos)], AGGREGATING)
+    ctx.expect(not problems, "; ".join(problems))
+    msg = await sess.expect("batch_dispatch", ctx.t(20))
+    members = sorted(t.id for t in msg.batch_dispatch.tasks)
+    ctx.expect(members == sorted(t.id for t in infos), f"batch members {members}")
+    results = [pb.Result(task_id=i, outcome=SUCCESS) for i in members]
+    await sess.send(pb.WorkerMessage(batch_result=pb.BatchResult(results=results)))
+    return "3 members answered AGGREGATING; the group fired as one BatchDispatch"

@@ -71,7 +71,9 @@ class EmbeddedServer:
             chunk = os.read(fd, 4096)
             if not chunk:
                 code = self.proc.wait(5)
-                raise EmbeddedServerError(f"embedded server exited with code {code} before listening")
+                said = [ln for ln in buf.decode(errors="replace").splitlines() if ln.startswith("error: ")]
+                reason = f": {said[-1].removeprefix('error: ')}" if said else ""
+                raise EmbeddedServerError(f"embedded server exited with code {code} before listening{reason}")
             buf += chunk
             while b"\n" in buf and not self.url:
                 line, buf = buf.split(b"\n", 1)

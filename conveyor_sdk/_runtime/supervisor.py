@@ -76,6 +76,7 @@ class SupervisorConfig:
     beat: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
     encryption: Any = None  # opens sealed payloads here, in the supervisor (children get plaintext)
+    embedded_db: str | None = None  # SQLite file for the embedded server (--embedded-db)
 
 
 class Supervisor:
@@ -143,7 +144,7 @@ class Supervisor:
                 per_child,
             )
         if not cfg.server:
-            self.embedded = EmbeddedServer()
+            self.embedded = EmbeddedServer(("--db", cfg.embedded_db) if cfg.embedded_db else ())
             self.server_url = self.embedded.start()
             log.info("embedded server listening on %s", self.server_url)
 

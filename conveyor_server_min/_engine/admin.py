@@ -58,6 +58,7 @@ class AdminOps:
         now = self.engine.now()
         if task.state is State.ACTIVE and allow_active:
             task.cancel_requested = True
+            self.engine.broker.touch(task)
             session = self.engine.dispatcher.sessions.get(task.session_id)
             if session is not None:
                 session.sink(CancelAction(task.id))
@@ -88,7 +89,7 @@ class AdminOps:
         self.engine.transitions.move(task, State.ARCHIVED, self.engine.now())
         self._finish()
 
-    def reschedule(self, task_id: str, at: float) -> None:
+    def reschedule(self, task_id: str, at: int) -> None:
         task = self._task(task_id)
         if task.state not in _RESCHEDULABLE:
             raise self._illegal(task, "rescheduled")

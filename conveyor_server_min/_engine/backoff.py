@@ -1,4 +1,7 @@
-"""Retry backoff: exponential / linear with full jitter, fixed without jitter (plain functions)."""
+"""Retry backoff: exponential / linear with full jitter, fixed without jitter (plain functions).
+
+Durations are integers in any unit (the engine passes nanoseconds); the result is in the same unit.
+"""
 
 from __future__ import annotations
 
@@ -17,18 +20,18 @@ def strategy_name(enum_value: int, default: str) -> str:
     return _BY_ENUM.get(enum_value, default)
 
 
-def backoff_delay(strategy: str, base: float, cap: float, retried: int, rand: Callable[[], float]) -> float:
+def backoff_delay(strategy: str, base: int, cap: int, retried: int, rand: Callable[[], float]) -> int:
     """Delay before the next attempt after failure number ``retried`` (0-based).
 
     exponential: uniform[0, min(base * 2**retried, cap)); linear: uniform[0, min(base * (retried+1), cap));
-    fixed: exactly min(base, cap). A non-positive ceiling yields 0.
+    fixed: exactly min(base, cap). A non-positive ceiling yields 0. Jitter is truncated to the unit.
     """
     if strategy == FIXED:
-        return max(0.0, min(base, cap))
+        return max(0, min(base, cap))
     if strategy == LINEAR:
         ceiling = min(base * (retried + 1), cap)
     else:
         ceiling = cap if retried >= 64 else min(base * (2**retried), cap)
     if ceiling <= 0:
-        return 0.0
-    return rand() * ceiling
+        return 0
+    return int(rand() * ceiling)

@@ -8,6 +8,10 @@ make: the rules live in the engine. A persistent broker implements the same
 
 Indexes use lazy deletion: every state change bumps ``task.token`` and heap
 entries carrying an old token are skipped when they surface.
+
+Times: every ``now`` and every instant on a :class:`Task` is an ``int`` of
+nanoseconds since the epoch (:mod:`.clock`); a persistent broker must store them
+exactly (they exceed 64 bits at the ends of the Timestamp range).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from conveyor_server_min._engine.model import INCOMPLETE, WAITING, State, Task
 
@@ -30,33 +34,42 @@ class GroupBucket:
 
     queue: str
     group: str
-    members: dict[str, float] = field(default_factory=dict)
-    last_at: float = 0.0
+    members: dict[str, int] = field(default_factory=dict)
+    last_at: int = 0
 
     @property
-    def first_at(self) -> float:
+    def first_at(self) -> int:
         return next(iter(self.members.values()), self.last_at)
 
 
 class Broker(Protocol):
-    """What the engine needs from storage."""
+    """What the engine needs from storage.
+
+    Every ``now`` and every time on a :class:`Task` is ``int`` nanoseconds (:mod:`.clock`).
+    Cost contract the dispatcher relies on: ``peek_ready`` / ``pop_ready`` / ``next_timer`` must not
+    scan queues (they run once per dispatch); ``queues_with_due_work`` runs on timer passes and may
+    cost in proportion to the queues holding waiting tasks. ``queues_with_due_work(now)`` answers the
+    queues that have a task ready at ``now`` (moving due delayed tasks into the ready index), and
+    after it ``next_timer()`` reports only instants after ``now``.
+    """
 
     driver: str
 
     def get(self, task_id: str) -> Task | None: ...
-    def insert(self, task: Task, now: float) -> None: ...
+    def insert(self, task: Task, now: int) -> None: ...
     def delete(self, task: Task) -> None: ...
-    def set_state(self, task: Task, state: State, now: float) -> None: ...
-    def unique_holder(self, key: str, now: float) -> Task | None: ...
-    def peek_ready(self, queue: str, now: float) -> Task | None: ...
-    def pop_ready(self, queue: str, now: float) -> Task | None: ...
-    def requeue(self, task: Task, now: float) -> None: ...
-    def pop_due_scheduled(self, now: float, limit: int) -> list[Task]: ...
-    def pop_expired(self, now: float) -> list[Task]: ...
-    def pop_purgeable(self, now: float) -> list[Task]: ...
+    def set_state(self, task: Task, state: State, now: int) -> None: ...
+    def touch(self, task: Task) -> None: ...
+    def unique_holder(self, key: str, now: int) -> Task | None: ...
+    def peek_ready(self, queue: str, now: int) -> Task | None: ...
+    def pop_ready(self, queue: str, now: int) -> Task | None: ...
+    def requeue(self, task: Task, now: int) -> None: ...
+    def pop_due_scheduled(self, now: int, limit: int) -> list[Task]: ...
+    def pop_expired(self, now: int) -> list[Task]: ...
+    def pop_purgeable(self, now: int) -> list[Task]: ...
     def active_tasks(self) -> Iterable[Task]: ...
-    def next_timer(self) -> float | None: ...
-    def queues_with_due_work(self, now: float) -> list[str]: ...
+    def next_timer(self) -> int | None: ...
+    def queues_with_due_work(self, now: int) -> list[str]: ...
     def compact(self) -> int: ...
     def counts(self) -> dict[str, list[int]]: ...
     def iter_tasks_desc(self) -> Iterator[Task]: ...
@@ -78,11 +91,12 @@ class MemoryBroker:
     def __init__(self) -> None:
         self._tasks: dict[str, Task] = {}
         self._counts: dict[str, list[int]] = {}
-        self._ready: dict[str, list[tuple[int, float, str, int]]] = {}
-        self._delayed: dict[str, list[tuple[float, str, int]]] = {}
-        self._scheduled: list[tuple[float, str, int]] = []
-        self._expiring: list[tuple[float, str]] = []
-        self._purge: list[tuple[float, str, int]] = []
+        self._ready: dict[str, list[tuple[int, int, str, int]]] = {}
+        self._delayed: dict[str, list[tuple[int, str, int]]] = {}
+        self._scheduled: list[tuple[int, str, int]] = []
+        self._expiring: list[tuple[int, str]] = []
+        self._purge: list[tuple[int, str, int]] = []
+        self._timers: list[tuple[int, str]] = []
         self._active: dict[str, Task] = {}
         self._unique: dict[str, str] = {}
         self._buckets: dict[tuple[str, str], GroupBucket] = {}
@@ -100,7 +114,7 @@ class MemoryBroker:
     def size(self) -> int:
         return len(self._tasks)
 
-    def insert(self, task: Task, now: float) -> None:
+    def insert(self, task: Task, now: int) -> None:
         """Store a new row in ``task.state`` and claim its unique key."""
         self._tasks[task.id] = task
         self._sorted_ids = None
@@ -120,7 +134,7 @@ class MemoryBroker:
             del self._unique[task.unique_key]
         task.token += 1
 
-    def set_state(self, task: Task, state: State, now: float) -> None:
+    def set_state(self, task: Task, state: State, now: int) -> None:
         """Move ``task`` to ``state``; ``task.due`` must already hold its new due time."""
         self._leave(task)
         counts = self._counts[task.queue]
@@ -132,7 +146,7 @@ class MemoryBroker:
             del self._unique[task.unique_key]
         self._enter(task, now)
 
-    def _enter(self, task: Task, now: float) -> None:
+    def _enter(self, task: Task, now: int) -> None:
         state = task.state
         if state in _DISPATCHABLE:
             self.requeue(task, now)
@@ -148,7 +162,8 @@ class MemoryBroker:
             bucket.members[task.id] = now
             bucket.last_at = now
         elif state is State.COMPLETED:
-            purge_at = (task.completed_at or now) + (task.retention or 0.0)
+            done = task.completed_at if task.completed_at is not None else now
+            purge_at = done + (task.retention or 0)
             heapq.heappush(self._purge, (purge_at, task.id, task.token))
 
     def _leave(self, task: Task) -> None:
@@ -162,7 +177,10 @@ class MemoryBroker:
                 if not bucket.members:
                     del self._buckets[key]
 
-    def unique_holder(self, key: str, now: float) -> Task | None:
+    def touch(self, task: Task) -> None:
+        """Note a field change made without a state change (a durable broker persists it)."""
+
+    def unique_holder(self, key: str, now: int) -> Task | None:
         holder_id = self._unique.get(key)
         holder = self._tasks.get(holder_id) if holder_id else None
         if holder is None or holder.state not in INCOMPLETE:
@@ -172,7 +190,10 @@ class MemoryBroker:
         return holder
 
     # --- dispatch index --------------------------------------------------------------------------
-    def requeue(self, task: Task, now: float) -> None:
+    # Per queue: a ready heap (-priority, due, id, token) and a delayed heap (due, id, token). Empty
+    # heaps are dropped, so every per-queue scan costs in proportion to queues that hold entries. One
+    # global timer heap (due, queue) finds the earliest delayed entry without scanning queues.
+    def requeue(self, task: Task, now: int) -> None:
         """(Re)index a PENDING/RETRY task: ready if due, else delayed."""
         task.token += 1
         if task.due <= now:
@@ -181,6 +202,7 @@ class MemoryBroker:
         else:
             delayed = self._delayed.setdefault(task.queue, [])
             heapq.heappush(delayed, (task.due, task.id, task.token))
+            heapq.heappush(self._timers, (task.due, task.queue))
 
     def _valid(self, task_id: str, token: int) -> Task | None:
         task = self._tasks.get(task_id)
@@ -188,9 +210,9 @@ class MemoryBroker:
             return task
         return None
 
-    def _promote_delayed(self, queue: str, now: float) -> None:
+    def _promote_delayed(self, queue: str, now: int) -> None:
         delayed = self._delayed.get(queue)
-        if not delayed:
+        if not delayed or delayed[0][0] > now:
             return
         ready = self._ready.setdefault(queue, [])
         while delayed and delayed[0][0] <= now:
@@ -198,52 +220,77 @@ class MemoryBroker:
             task = self._valid(task_id, token)
             if task is not None:
                 heapq.heappush(ready, (-task.priority, due, task_id, token))
+        if not delayed:
+            del self._delayed[queue]
+        if not ready:
+            del self._ready[queue]
 
-    def peek_ready(self, queue: str, now: float) -> Task | None:
+    def peek_ready(self, queue: str, now: int) -> Task | None:
         self._promote_delayed(queue, now)
         heap = self._ready.get(queue)
+        if heap is None:
+            return None
         while heap:
             _, _, task_id, token = heap[0]
             task = self._valid(task_id, token)
             if task is not None:
                 return task
             heapq.heappop(heap)
+        del self._ready[queue]
         return None
 
-    def pop_ready(self, queue: str, now: float) -> Task | None:
+    def pop_ready(self, queue: str, now: int) -> Task | None:
         task = self.peek_ready(queue, now)
         if task is not None:
-            heapq.heappop(self._ready[queue])
+            heap = self._ready[queue]
+            heapq.heappop(heap)
+            if not heap:
+                del self._ready[queue]
             task.token += 1
         return task
 
     def compact(self) -> int:
         """Drop stale heap entries where they outnumber live ones; returns how many were dropped."""
+        return self._compact(self._ready) + self._compact(self._delayed)
+
+    def _compact(self, index: dict[str, list[Any]]) -> int:
         dropped = 0
-        for queue, heap in list(self._ready.items()) + list(self._delayed.items()):  # type: ignore[operator]
+        for queue, heap in list(index.items()):
             counts = self._counts.get(queue, [0] * 10)
             live = counts[State.PENDING] + counts[State.RETRY]
             if len(heap) <= 2 * live + 64:
                 continue
-            keep = [e for e in heap if self._valid(e[-2], e[-1]) is not None]  # type: ignore[arg-type]
+            keep = [e for e in heap if self._valid(e[-2], e[-1]) is not None]
             dropped += len(heap) - len(keep)
             heapq.heapify(keep)
-            heap[:] = keep
+            if keep:
+                heap[:] = keep
+            else:
+                del index[queue]
         return dropped
 
-    def queues_with_due_work(self, now: float) -> list[str]:
-        out = [q for q, heap in self._ready.items() if heap]
-        out += [q for q, heap in self._delayed.items() if heap and heap[0][0] <= now and q not in out]
-        return out
+    def queues_with_due_work(self, now: int) -> list[str]:
+        """Queues with a task ready at ``now``; due delayed entries move to their ready heaps first."""
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, queue = heapq.heappop(timers)
+            self._promote_delayed(queue, now)
+        return list(self._ready)
 
-    def next_timer(self) -> float | None:
+    def next_timer(self) -> int | None:
         """Earliest instant at which a delayed PENDING/RETRY task becomes due (SCHEDULED ones wait
         for the promoter)."""
-        candidates = [heap[0][0] for heap in self._delayed.values() if heap]
-        return min(candidates) if candidates else None
+        timers = self._timers
+        while timers:
+            due, queue = timers[0]
+            delayed = self._delayed.get(queue)
+            if delayed and delayed[0][0] <= due:
+                return due
+            heapq.heappop(timers)  # that entry already moved to the ready heap
+        return None
 
     # --- timers ---------------------------------------------------------------------------------
-    def pop_due_scheduled(self, now: float, limit: int) -> list[Task]:
+    def pop_due_scheduled(self, now: int, limit: int) -> list[Task]:
         out: list[Task] = []
         heap = self._scheduled
         while heap and heap[0][0] <= now and len(out) < limit:
@@ -253,7 +300,7 @@ class MemoryBroker:
                 out.append(task)
         return out
 
-    def pop_expired(self, now: float) -> list[Task]:
+    def pop_expired(self, now: int) -> list[Task]:
         out: list[Task] = []
         while self._expiring and self._expiring[0][0] <= now:
             _, task_id = heapq.heappop(self._expiring)
@@ -262,7 +309,7 @@ class MemoryBroker:
                 out.append(task)
         return out
 
-    def pop_purgeable(self, now: float) -> list[Task]:
+    def pop_purgeable(self, now: int) -> list[Task]:
         out: list[Task] = []
         while self._purge and self._purge[0][0] <= now:
             _, task_id, token = heapq.heappop(self._purge)

@@ -1,5 +1,5 @@
 """Cron specs: 6 fields, seconds first (``sec min hour dom month dow``), plus ``@hourly``-style
-descriptors and ``@every <duration>``. Pure functions; times are UTC epoch seconds.
+descriptors and ``@every <duration>``. Pure functions; times are UTC epoch nanoseconds (ints).
 
 Fields accept ``*``, ``?`` (dom/dow), numbers, ``a-b`` ranges, ``/step`` and comma lists; months
 accept JAN-DEC and weekdays SUN-SAT (0-6, 7 also means Sunday). When both day-of-month and
@@ -13,6 +13,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from conveyor_sdk.durations import parse_duration
+from conveyor_server_min._engine.clock import NANOS, from_seconds
 
 __all__ = ["CronSchedule", "parse_cron"]
 
@@ -29,6 +30,7 @@ _DESCRIPTORS = {
     "@hourly": "0 0 * * * *",
 }
 _HORIZON_DAYS = 366 * 5
+_MAX_EVERY = 315_576_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +45,13 @@ class CronSchedule:
     weekdays: frozenset[int] = frozenset()
     dom_star: bool = True
     dow_star: bool = True
-    every: float = 0.0
+    every: int = 0  # nanoseconds
 
-    def next_after(self, now: float) -> float | None:
+    def next_after(self, now: int) -> int | None:
         """First fire instant strictly after ``now`` (None if none within five years)."""
         if self.every > 0:
             return now + self.every
-        t = dt.datetime.fromtimestamp(int(now) + 1, dt.UTC)
+        t = dt.datetime.fromtimestamp(now // NANOS + 1, dt.UTC)
         end = t + dt.timedelta(days=_HORIZON_DAYS)
         while t < end:
             if t.month not in self.months:
@@ -63,7 +65,7 @@ class CronSchedule:
             elif t.second not in self.seconds:
                 t += dt.timedelta(seconds=1)
             else:
-                return t.timestamp()
+                return int(t.timestamp()) * NANOS
         return None
 
     def _day_ok(self, t: dt.datetime) -> bool:
@@ -114,9 +116,12 @@ def parse_cron(spec: str) -> CronSchedule:
     spec = spec.strip()
     if spec.startswith("@every "):
         seconds = parse_duration(spec.removeprefix("@every ").strip())
-        if seconds <= 0:
+        if not seconds <= _MAX_EVERY:  # also rejects inf and nan
+            raise ValueError(f"@every is limited to {_MAX_EVERY} seconds (the protobuf Duration range)")
+        every = from_seconds(seconds)
+        if every <= 0:
             raise ValueError("@every needs a positive duration")
-        return CronSchedule(every=seconds)
+        return CronSchedule(every=every)
     spec = _DESCRIPTORS.get(spec, spec)
     fields = spec.split()
     if len(fields) != 6:

@@ -19,7 +19,7 @@ each session's ``sink`` synchronously; nothing here awaits.
 from __future__ import annotations
 
 from conveyor_server_min._engine.broker import Broker, GroupBucket
-from conveyor_server_min._engine.clock import Clock
+from conveyor_server_min._engine.clock import Clock, clamp
 from conveyor_server_min._engine.limits import TokenBucket
 from conveyor_server_min._engine.model import State, Task
 from conveyor_server_min._engine.sessions import (
@@ -46,13 +46,18 @@ class Dispatcher:
         self.sessions: dict[str, SessionState] = {}
         self.rate_limits: dict[str, TokenBucket] = {}
         self.key_limits: dict[str, int] = {}
-        self._serving: dict[str, list[SessionState]] = {}
+        self._serving: dict[str, dict[str, SessionState]] = {}
         self._queue_swrr: dict[str, dict[str, int]] = {}
-        self._dirty: dict[str, None] = {}
+        self._dirty: dict[str, None] = {}  # queues that may be able to dispatch
+        self._dirty_sessions: dict[str, SessionState] = {}  # sessions that may have a free slot
+        # Queues that may hold ready tasks (a superset); each session's ``work`` is always
+        # ``_has_work`` restricted to its own queues, so a freed slot looks at nothing else.
+        self._has_work: dict[str, None] = {}
+        self._rank: dict[str, dict[str, int]] = {}  # session id -> its queues' Hello order
         self._parked: dict[tuple[str, str], list[tuple[Task, int]]] = {}
         self._lease_seq = 0
         self._delivery_seq = 0
-        self.rate_wake: float | None = None
+        self.rate_wake: int | None = None
         transitions.on_ready = self.mark
         transitions.on_key_freed = self.unpark
 
@@ -61,29 +66,58 @@ class Dispatcher:
 
     # --- sessions --------------------------------------------------------------------------------
     def register(self, session: SessionState) -> None:
+        """Add a session; it gets work once :meth:`mark_session` is called for it (after Welcome)."""
         self.sessions[session.id] = session
-        for queue in session.queues:
-            self._serving.setdefault(queue, []).append(session)
-            self.mark(queue)
+        queues, work = session.queues, self._has_work
+        for queue in queues:
+            self._serving.setdefault(queue, {})[session.id] = session
+        if len(queues) <= len(work):
+            session.work = {q: None for q in queues if q in work}
+        else:
+            session.work = {q: None for q in work if q in queues}
 
     def unregister(self, session: SessionState) -> None:
         self.sessions.pop(session.id, None)
+        self._dirty_sessions.pop(session.id, None)
+        self._rank.pop(session.id, None)
         for queue in session.queues:
-            serving = self._serving.get(queue, [])
-            if session in serving:
-                serving.remove(session)
-            self._queue_swrr.get(queue, {}).pop(session.id, None)
+            serving = self._serving.get(queue)
+            if serving is not None:
+                serving.pop(session.id, None)
+                if not serving:
+                    del self._serving[queue]
+            swrr = self._queue_swrr.get(queue)
+            if swrr is not None:
+                swrr.pop(session.id, None)
+                if not swrr:
+                    del self._queue_swrr[queue]
+
+    def restore_lease_seq(self, highest: int) -> None:
+        """Continue lease ids above ``highest`` (leases loaded from a durable store)."""
+        self._lease_seq = max(self._lease_seq, highest)
 
     def serving(self, queue: str) -> list[SessionState]:
-        return self._serving.get(queue, [])
+        return list(self._serving.get(queue, {}).values())
 
     # --- waking ----------------------------------------------------------------------------------
     def mark(self, queue: str) -> None:
+        """``queue`` may have gained ready work."""
         self._dirty[queue] = None
+        if queue not in self._has_work:
+            self._has_work[queue] = None
+            for session in self._serving.get(queue, {}).values():
+                session.work[queue] = None
+
+    def _drop(self, queue: str) -> None:
+        """``queue`` was seen unable to dispatch: forget it until it is marked again."""
+        if self._has_work.pop(queue, False) is None:
+            for session in self._serving.get(queue, {}).values():
+                session.work.pop(queue, None)
 
     def mark_session(self, session: SessionState) -> None:
-        for queue in session.queues:
-            self._dirty[queue] = None
+        """``session`` may have gained a free slot (costs nothing per queue it declared)."""
+        if session.id in self.sessions:
+            self._dirty_sessions[session.id] = session
 
     def unpark(self, queue: str, key: str) -> None:
         parked = self._parked.pop((queue, key), None)
@@ -101,10 +135,17 @@ class Dispatcher:
 
     # --- the pump --------------------------------------------------------------------------------
     def pump(self) -> int:
-        """Dispatch until nothing more can go; returns the number of deliveries made."""
+        """Dispatch until nothing more can go; returns the number of deliveries made.
+
+        Cost follows the queues that hold ready tasks, never the number of queues a session declared:
+        a freed slot looks only at the session's ``work`` (its queues that may hold ready tasks).
+        """
         now = self.clock.now()
         made = 0
-        while self._dirty:
+        while self._dirty or self._dirty_sessions:
+            while self._dirty_sessions:
+                session = self._dirty_sessions.pop(next(iter(self._dirty_sessions)))
+                made += self._fill(session, now)
             for queue in list(self._dirty):
                 if self._step(queue, now):
                     made += 1
@@ -112,8 +153,35 @@ class Dispatcher:
                     self._dirty.pop(queue, None)
         return made
 
-    def _step(self, queue: str, now: float) -> bool:
-        sessions = [s for s in self._serving.get(queue, ()) if s.free > 0]
+    def _fill(self, session: SessionState, now: int) -> int:
+        """Give ``session``'s free slots to its ready queues (SWRR over its weights)."""
+        made = 0
+        while session.free > 0 and session.id in self.sessions:
+            ready = self._ready_queues(session, now)
+            if not ready:
+                break
+            target = ready[0][0] if len(ready) == 1 else swrr_pick(session.queue_swrr, ready)
+            task = self.broker.pop_ready(target, now)
+            if task is not None:
+                made += self._offer(session, target, task, now)
+        return made
+
+    def _ready_queues(self, session: SessionState, now: int) -> list[tuple[str, int]]:
+        """The session's queues that can dispatch now, in Hello order, with their weights."""
+        candidates = list(session.work)
+        if len(candidates) > 1:
+            rank = self._rank.get(session.id)
+            if rank is None:
+                rank = self._rank[session.id] = {q: i for i, q in enumerate(session.queues)}
+            candidates.sort(key=rank.__getitem__)
+        queues = session.queues
+        return [(q, queues[q]) for q in candidates if self._queue_ready(q, now)]
+
+    def _step(self, queue: str, now: int) -> bool:
+        serving = self._serving.get(queue)
+        if not serving:
+            return False
+        sessions = [s for s in serving.values() if s.free > 0]
         if not sessions or not self._queue_ready(queue, now):
             return False
         if len(sessions) == 1:
@@ -128,34 +196,39 @@ class Dispatcher:
             self._offer(session, target, task, now)
         return True
 
-    def _queue_ready(self, queue: str, now: float) -> bool:
+    def _queue_ready(self, queue: str, now: int) -> bool:
+        """Whether ``queue`` can dispatch now; if not it leaves ``_has_work`` until marked again (every
+        way a queue regains work - commit, release, retry, timer, resume, rate refill - marks it)."""
         if self.broker.is_paused(queue) or self.broker.peek_ready(queue, now) is None:
+            self._drop(queue)
             return False
         bucket = self.rate_limits.get(queue)
         if bucket is not None and not bucket.available(now):
             wake = bucket.next_token_at()
             self.rate_wake = wake if self.rate_wake is None else min(self.rate_wake, wake)
+            self._drop(queue)
             return False
         return True
 
-    def _pick_queue(self, session: SessionState, queue: str, now: float) -> str:
+    def _pick_queue(self, session: SessionState, queue: str, now: int) -> str:
         if len(session.queues) == 1:
             return queue
-        ready = [(q, w) for q, w in session.queues.items() if q == queue or self._queue_ready(q, now)]
-        if len(ready) == 1:
+        ready = self._ready_queues(session, now)
+        if len(ready) <= 1:
             return queue
         return swrr_pick(session.queue_swrr, ready)
 
-    def _offer(self, session: SessionState, queue: str, task: Task, now: float) -> None:
+    def _offer(self, session: SessionState, queue: str, task: Task, now: int) -> int:
+        """Lease ``task`` to ``session`` (1), or expire / park it instead (0)."""
         if task.expires_at is not None and task.expires_at <= now:
             self.transitions.expire(task, now)
-            return
+            return 0
         key = task.concurrency_key
         if key:
             limit = self.key_limits.get(queue)
             if limit is not None and self.transitions.key_active.get((queue, key), 0) >= limit:
                 self._parked.setdefault((queue, key), []).append((task, task.token))
-                return
+                return 0
         bucket = self.rate_limits.get(queue)
         if bucket is not None:
             bucket.take(now)
@@ -164,18 +237,19 @@ class Dispatcher:
         self._delivery_seq += 1
         session.add(Delivery(self._delivery_seq, {task.id: self._lease_seq}))
         session.sink(DispatchAction(task, self.deadline_for(task, now)))
+        return 1
 
-    def deadline_for(self, task: Task, now: float) -> float:
-        """min(lease expiry, task deadline, now + timeout)."""
+    def deadline_for(self, task: Task, now: int) -> int:
+        """min(lease expiry, task deadline, now + timeout), within the Timestamp range."""
         deadline = task.lease_expires_at
         if task.deadline is not None:
             deadline = min(deadline, task.deadline)
         if task.timeout is not None:
             deadline = min(deadline, now + task.timeout)
-        return deadline
+        return clamp(deadline)
 
     # --- groups ----------------------------------------------------------------------------------
-    def fire_group(self, bucket: GroupBucket, max_size: int, now: float) -> bool:
+    def fire_group(self, bucket: GroupBucket, max_size: int, now: int) -> bool:
         """Lease up to ``max_size`` members as one batch to a capable session; False if none can take it."""
         if self.broker.is_paused(bucket.queue) or not bucket.members:
             return False
@@ -183,7 +257,9 @@ class Dispatcher:
         members.sort(key=lambda t: (t.enqueued_at, t.id))
         task_type = members[0].type
         capable = [
-            s for s in self._serving.get(bucket.queue, ()) if s.free > 0 and task_type in s.batch_types
+            s
+            for s in self._serving.get(bucket.queue, {}).values()
+            if s.free > 0 and task_type in s.batch_types
         ]
         if not capable:
             return False

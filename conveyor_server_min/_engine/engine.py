@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 from conveyor_sdk.errors import AlreadyExists
 from conveyor_server_min._engine.broker import Broker, GroupBucket, MemoryBroker
-from conveyor_server_min._engine.clock import Clock, SystemClock
+from conveyor_server_min._engine.clock import Clock, SystemClock, from_seconds
 from conveyor_server_min._engine.dispatcher import Dispatcher
 from conveyor_server_min._engine.events import EventHub
 from conveyor_server_min._engine.limits import GroupConfig
@@ -26,6 +27,7 @@ from conveyor_server_min.service_api import EngineConfig
 __all__ = ["DUPLICATE_UNIQUE", "Engine"]
 
 log = logging.getLogger("conveyor.server.engine")
+R = TypeVar("R")
 
 DUPLICATE_UNIQUE = "broker: duplicate task"
 _ENQUEUE_EVENT = {State.PENDING: EventType.ENQUEUED, State.SCHEDULED: EventType.SCHEDULED}
@@ -52,11 +54,14 @@ class Engine:
         self.group_configs: dict[tuple[str, str], GroupConfig] = {}
         self.started_at = self.clock.now()
         self.on_timer_change: Callable[[], None] = lambda: None
+        self._grown: list[Task] = []  # AGGREGATING tasks committed since the last _after_commit
+        for queue in self.broker.queues_with_due_work(self.started_at):  # rows a store already holds
+            self.dispatcher.mark(queue)
 
     def __repr__(self) -> str:
         return f"Engine(broker={self.broker!r}, dispatcher={self.dispatcher!r})"
 
-    def now(self) -> float:
+    def now(self) -> int:
         return self.clock.now()
 
     def new_id(self) -> str:
@@ -66,18 +71,35 @@ class Engine:
     def get(self, task_id: str) -> Task | None:
         return self.broker.get(task_id)
 
-    def enqueue(self, task: Task) -> Task:
-        """Commit one validated task; raises AlreadyExists for a repeat id or a held unique key."""
+    @overload
+    def enqueue(self, task: Task) -> Task: ...
+    @overload
+    def enqueue(self, task: Task, view: Callable[[Task], R]) -> R: ...
+    def enqueue(self, task: Task, view: Callable[[Task], Any] | None = None) -> Any:
+        """Commit one validated task; raises AlreadyExists for a repeat id or a held unique key.
+
+        ``view`` (e.g. the TaskInfo encoder) sees the task as committed, in its initial state, before
+        anything is dispatched (protocol §6.1); without it the live task object is returned.
+        """
         now = self.now()
         if self.broker.get(task.id) is not None:
             raise AlreadyExists(f"task {task.id} already exists")
         self._check_unique([task], now)
         self._commit(task, now)
-        self._after_commit()
-        return task
+        try:
+            return task if view is None else view(task)
+        finally:
+            self._after_commit(now)
 
-    def enqueue_tx(self, tasks: Sequence[Task]) -> list[Task]:
-        """Commit all or nothing. Existing / repeated ids are no-ops that return the stored task."""
+    @overload
+    def enqueue_tx(self, tasks: Sequence[Task]) -> list[Task]: ...
+    @overload
+    def enqueue_tx(self, tasks: Sequence[Task], view: Callable[[Task], R]) -> list[R]: ...
+    def enqueue_tx(self, tasks: Sequence[Task], view: Callable[[Task], Any] | None = None) -> list[Any]:
+        """Commit all or nothing. Existing / repeated ids are no-ops that return the stored task.
+
+        ``view`` sees every task after the commit and before any dispatch, as for :meth:`enqueue`.
+        """
         now = self.now()
         fresh: list[Task] = []
         seen: dict[str, Task] = {}
@@ -91,10 +113,12 @@ class Engine:
         self._check_unique(fresh, now)
         for task in fresh:
             self._commit(task, now)
-        self._after_commit()
-        return out
+        try:
+            return out if view is None else [view(task) for task in out]
+        finally:
+            self._after_commit(now)
 
-    def _check_unique(self, tasks: Iterable[Task], now: float) -> None:
+    def _check_unique(self, tasks: Iterable[Task], now: int) -> None:
         claimed: set[str] = set()
         for task in tasks:
             key = task.unique_key
@@ -104,7 +128,7 @@ class Engine:
                 raise AlreadyExists(DUPLICATE_UNIQUE)
             claimed.add(key)
 
-    def _commit(self, task: Task, now: float) -> None:
+    def _commit(self, task: Task, now: int) -> None:
         task.enqueued_at = now
         if task.unique_key and task.unique_ttl is not None:
             task.unique_until = now + task.unique_ttl
@@ -116,9 +140,13 @@ class Engine:
         if task.state in (State.PENDING, State.RETRY):
             self.dispatcher.mark(task.queue)
         elif task.state is State.AGGREGATING:
-            self._maybe_fire_full(task, now)
+            self._grown.append(task)
 
-    def _after_commit(self) -> None:
+    def _after_commit(self, now: int) -> None:
+        """Fire groups the commit filled up, then dispatch (after the caller took its reply)."""
+        grown, self._grown = self._grown, []
+        for task in grown:
+            self._maybe_fire_full(task, now)
         self.pump()
 
     # --- worker sessions -------------------------------------------------------------------------
@@ -213,7 +241,7 @@ class Engine:
                 continue
             task = self._leased(task_id, delivery.members[task_id])
             if task is not None:
-                task.lease_expires_at = now + self.config.lease_ttl
+                task.lease_expires_at = now + self.transitions.lease_ttl
             elif task_id not in delivery.cancel_sent:
                 delivery.cancel_sent.add(task_id)
                 session.sink(CancelAction(task_id))
@@ -245,6 +273,7 @@ class Engine:
         if task is not None:
             task.progress = min(int(percent), 100)
             task.progress_message = message
+            self.broker.touch(task)
 
     # --- maintenance -----------------------------------------------------------------------------
     def promote(self) -> int:
@@ -284,14 +313,14 @@ class Engine:
         return fired
 
     @staticmethod
-    def _ripe(bucket: GroupBucket, cfg: GroupConfig, now: float) -> bool:
+    def _ripe(bucket: GroupBucket, cfg: GroupConfig, now: int) -> bool:
         return (
             len(bucket.members) >= cfg.max_size
             or now - bucket.first_at >= cfg.max_delay
             or now - bucket.last_at >= cfg.grace_period
         )
 
-    def _maybe_fire_full(self, task: Task, now: float) -> None:
+    def _maybe_fire_full(self, task: Task, now: int) -> None:
         cfg = self.group_config(task.queue, task.group)
         bucket = self.broker.bucket(task.queue, task.group)
         if bucket is not None and len(bucket.members) >= cfg.max_size:
@@ -302,7 +331,9 @@ class Engine:
         if found is not None:
             return found
         cfg = self.config
-        return GroupConfig(cfg.group_max_size, cfg.group_max_delay, cfg.group_grace_period)
+        return GroupConfig(
+            cfg.group_max_size, from_seconds(cfg.group_max_delay), from_seconds(cfg.group_grace_period)
+        )
 
     def wake_due(self) -> None:
         """Pump every queue that has due work (after timers fire); recomputes the rate-limit wake."""
@@ -316,7 +347,7 @@ class Engine:
         self.dispatcher.pump()
         self.on_timer_change()
 
-    def next_timer(self) -> float | None:
+    def next_timer(self) -> int | None:
         """Earliest instant at which time alone makes new work dispatchable."""
         candidates = [t for t in (self.broker.next_timer(), self.dispatcher.rate_wake) if t is not None]
         return min(candidates) if candidates else None

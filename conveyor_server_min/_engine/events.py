@@ -46,7 +46,7 @@ class EventHub:
         if sub in self._subs:
             self._subs.remove(sub)
 
-    def publish(self, task: Task, event_type: EventType, now: float) -> None:
+    def publish(self, task: Task, event_type: EventType, now: int) -> None:
         event = TaskEvent(
             id=task.id,
             queue=task.queue,

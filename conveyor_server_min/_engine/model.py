@@ -2,6 +2,7 @@
 
 Enum numbers equal the conveyor.v1 wire numbers so conversion is a cast, but
 nothing here imports protobuf: the engine is storage- and wire-agnostic.
+Every instant and duration is an ``int`` of nanoseconds (see :mod:`.clock`).
 """
 
 from __future__ import annotations
@@ -88,49 +89,53 @@ class RetryPolicy:
     """Per-task backoff override; zero fields fall back to the server default."""
 
     strategy: int = 0
-    base: float = 0.0
-    max: float = 0.0
+    base: int = 0  # nanoseconds
+    max: int = 0  # nanoseconds
 
 
 @dataclass(slots=True, eq=False)
 class Task:
-    """One task row. Mutable; only the broker and engine change it."""
+    """One task row. Mutable; only the broker and engine change it.
+
+    Instants (``*_at``, ``deadline``, ``due``, ``unique_until``) are epoch nanoseconds and
+    durations (``timeout``, ``unique_ttl``, ``retention``) nanoseconds, all ``int``.
+    """
 
     id: str
     queue: str
     type: str
-    enqueued_at: float
+    enqueued_at: int
     payload: bytes = b""
     content_type: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     max_retry: int = 25
     priority: int = 4
-    timeout: float | None = None
-    deadline: float | None = None
-    process_at: float | None = None
+    timeout: int | None = None
+    deadline: int | None = None
+    process_at: int | None = None
     unique_key: str = ""
-    unique_ttl: float | None = None
-    retention: float | None = None
+    unique_ttl: int | None = None
+    retention: int | None = None
     group: str = ""
-    expires_at: float | None = None
+    expires_at: int | None = None
     depends_on: tuple[Dependency, ...] = ()
     concurrency_key: str = ""
     retry_policy: RetryPolicy | None = None
     # runtime
     state: State = State.PENDING
-    due: float = 0.0
+    due: int = 0
     retried: int = 0
     last_error: str = ""
-    started_at: float | None = None
-    completed_at: float | None = None
+    started_at: int | None = None
+    completed_at: int | None = None
     progress: int = 0
     progress_message: str = ""
     result: bytes = b""
     lease_id: int = 0
-    lease_expires_at: float = 0.0
+    lease_expires_at: int = 0
     session_id: str = ""
     cancel_requested: bool = False
-    unique_until: float | None = None
+    unique_until: int | None = None
     waiting_on: dict[str, FailurePolicy] = field(default_factory=dict)
     token: int = 0
 
@@ -147,6 +152,6 @@ class TaskEvent:
     type: str
     state: State
     event_type: EventType
-    occurred_at: float
+    occurred_at: int
     attempt: int
     last_error: str

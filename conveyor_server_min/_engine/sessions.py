@@ -30,7 +30,7 @@ class DispatchAction:
     """Send one leased task."""
 
     task: Task
-    deadline: float
+    deadline: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class BatchAction:
     """Send one fired group as a BatchDispatch."""
 
     tasks: tuple[Task, ...]
-    deadline: float
+    deadline: int
     group: str
 
 
@@ -70,13 +70,14 @@ class SessionState:
     queues: Mapping[str, int]
     concurrency: int
     sink: Callable[[Action], None]
-    connected_at: float
+    connected_at: int
     sdk_version: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     batch_types: frozenset[str] = frozenset()
     deliveries: dict[int, Delivery] = field(default_factory=dict)
     by_task: dict[str, Delivery] = field(default_factory=dict)
     queue_swrr: dict[str, int] = field(default_factory=dict)
+    work: dict[str, None] = field(default_factory=dict)  # own queues that may hold ready tasks
     dispatched: int = 0
 
     @property

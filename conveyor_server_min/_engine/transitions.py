@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from conveyor_server_min._engine.backoff import backoff_delay, strategy_name
 from conveyor_server_min._engine.broker import Broker
+from conveyor_server_min._engine.clock import clamp, from_seconds
 from conveyor_server_min._engine.events import EventHub
 from conveyor_server_min._engine.model import TERMINAL, EventType, FailurePolicy, Outcome, State, Task
 from conveyor_server_min.service_api import EngineConfig
@@ -49,12 +50,13 @@ class Transitions:
         self.config = config
         self.events = events
         self.rand = rand
+        self.lease_ttl = from_seconds(config.lease_ttl)
         self.key_active: dict[tuple[str, str], int] = {}
         self.on_ready: Callable[[str], None] = lambda queue: None
         self.on_key_freed: Callable[[str, str], None] = lambda queue, key: None
 
     # --- the one primitive ------------------------------------------------------------------------
-    def move(self, task: Task, state: State, now: float, *, due: float | None = None,
+    def move(self, task: Task, state: State, now: int, *, due: int | None = None,
              event: EventType | None = None) -> None:  # fmt: skip
         """Change state, then run the consequences."""
         previous = task.state
@@ -76,13 +78,13 @@ class Transitions:
         if state in TERMINAL:
             self.resolve_dependents(task, now)
 
-    def emit(self, task: Task, event: EventType | None, now: float) -> None:
+    def emit(self, task: Task, event: EventType | None, now: int) -> None:
         if event is not None and self.events.active:
             self.events.publish(task, event, now)
 
     def _leave_active(self, task: Task) -> None:
         task.session_id = ""
-        task.lease_expires_at = 0.0
+        task.lease_expires_at = 0
         task.cancel_requested = False
         if task.concurrency_key:
             key = (task.queue, task.concurrency_key)
@@ -94,22 +96,22 @@ class Transitions:
             self.on_key_freed(task.queue, task.concurrency_key)
 
     # --- leasing ---------------------------------------------------------------------------------
-    def activate(self, task: Task, session_id: str, lease_id: int, now: float) -> None:
+    def activate(self, task: Task, session_id: str, lease_id: int, now: int) -> None:
         task.lease_id = lease_id
         task.session_id = session_id
-        task.lease_expires_at = now + self.config.lease_ttl
+        task.lease_expires_at = now + self.lease_ttl
         task.started_at = now
         task.progress = 0
         task.progress_message = ""
         task.cancel_requested = False
         self.move(task, State.ACTIVE, now)
 
-    def release(self, task: Task, now: float) -> None:
+    def release(self, task: Task, now: int) -> None:
         """Back to PENDING, due now, no retry charge."""
         self.move(task, State.PENDING, now, due=now, event=EventType.RELEASED)
 
     # --- outcomes --------------------------------------------------------------------------------
-    def apply_outcome(self, task: Task, outcome: int, message: str, result: bytes, now: float) -> None:
+    def apply_outcome(self, task: Task, outcome: int, message: str, result: bytes, now: int) -> None:
         """The Result outcome table; ``task`` is ACTIVE under the reporting delivery's lease."""
         if outcome == Outcome.SUCCESS:
             task.result = result
@@ -125,7 +127,7 @@ class Transitions:
         else:
             self.release(task, now)
 
-    def _retry(self, task: Task, message: str, now: float) -> None:
+    def _retry(self, task: Task, message: str, now: int) -> None:
         if task.cancel_requested:
             task.last_error = f"canceled by admin: {message}"
             self.move(task, State.ARCHIVED, now)
@@ -136,11 +138,13 @@ class Transitions:
             delay = self.backoff(task)
             task.retried += 1
             task.last_error = message
-            self.move(task, State.RETRY, now, due=now + delay)
+            self.move(task, State.RETRY, now, due=clamp(now + delay))
 
-    def backoff(self, task: Task) -> float:
+    def backoff(self, task: Task) -> int:
+        """Delay in nanoseconds before the task's next attempt."""
         cfg = self.config
-        strategy, base, cap = cfg.retry_backoff_strategy, cfg.retry_backoff_base, cfg.retry_backoff_cap
+        strategy = cfg.retry_backoff_strategy
+        base, cap = from_seconds(cfg.retry_backoff_base), from_seconds(cfg.retry_backoff_cap)
         policy = task.retry_policy
         if policy is not None:
             strategy = strategy_name(policy.strategy, strategy)
@@ -148,7 +152,7 @@ class Transitions:
             cap = policy.max if policy.max > 0 else cap
         return backoff_delay(strategy, base, cap, task.retried, self.rand)
 
-    def lease_expired(self, task: Task, now: float) -> None:
+    def lease_expired(self, task: Task, now: int) -> None:
         task.last_error = LEASE_EXPIRED
         if task.retried >= task.max_retry:
             self.move(task, State.ARCHIVED, now)
@@ -156,12 +160,12 @@ class Transitions:
             task.retried += 1
             self.move(task, State.RETRY, now, due=now)
 
-    def expire(self, task: Task, now: float) -> None:
+    def expire(self, task: Task, now: int) -> None:
         task.last_error = EXPIRED
         self.move(task, State.ARCHIVED, now)
 
     # --- dependencies ----------------------------------------------------------------------------
-    def settle_initial(self, task: Task, now: float) -> State:
+    def settle_initial(self, task: Task, now: int) -> State:
         """Resolve ``depends_on`` at enqueue; returns the initial state (and sets ``task.due``)."""
         for dep in task.depends_on:
             if dep.task_id == task.id or dep.task_id in task.waiting_on:
@@ -183,7 +187,7 @@ class Transitions:
             return State.BLOCKED
         return self.ready_state(task, now)
 
-    def ready_state(self, task: Task, now: float) -> State:
+    def ready_state(self, task: Task, now: int) -> State:
         """State of a task with no open dependency edges; sets ``task.due``."""
         if task.group:
             return State.AGGREGATING
@@ -193,7 +197,7 @@ class Transitions:
         task.due = task.process_at if task.process_at is not None else now
         return State.PENDING
 
-    def resolve_dependents(self, prereq: Task, now: float) -> None:
+    def resolve_dependents(self, prereq: Task, now: int) -> None:
         dependents = self.broker.pop_dependents(prereq.id)
         keep: set[str] = set()
         for dep_id in sorted(dependents):
@@ -205,6 +209,8 @@ class Transitions:
                 del task.waiting_on[prereq.id]
                 if not task.waiting_on:
                     self.move(task, self.ready_state(task, now), now)
+                else:
+                    self.broker.touch(task)
             elif policy is FailurePolicy.CASCADE_CANCEL:
                 task.last_error = CASCADE_CANCELED
                 self.move(task, State.CANCELED, now)

@@ -37,7 +37,7 @@ class UlidGenerator:
         self._last = 0
 
     def new(self) -> str:
-        millis = max(0, int(self._clock.now() * 1000)) & ((1 << 48) - 1)
+        millis = max(0, self._clock.now() // 1_000_000) & ((1 << 48) - 1)
         candidate = (millis << _RANDOM_BITS) | int.from_bytes(self._entropy(10), "big")
         if candidate <= self._last:
             candidate = self._last + 1

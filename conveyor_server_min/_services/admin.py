@@ -15,10 +15,17 @@ from conveyor_server_min._engine.admin import AdminOps
 from conveyor_server_min._engine.engine import Engine
 from conveyor_server_min._engine.limits import GroupConfig
 from conveyor_server_min._services.admin_misc import MiscAdmin
-from conveyor_server_min._services.convert import duration, duration_seconds, task_info, timestamp_seconds
+from conveyor_server_min._services.bounds import MAX_NAME, check_size
+from conveyor_server_min._services.convert import (
+    duration,
+    duration_ns,
+    instant_after,
+    task_info_safe,
+    timestamp_ns,
+)
 from conveyor_server_min._services.cron import CronService
 from conveyor_server_min._services.session import SessionHandler
-from conveyor_server_min._services.validate import MAX_BATCH, check_queue_name
+from conveyor_server_min._services.validate import MAX_BATCH, check_queue_name, check_task_id
 from conveyor_server_min.service_api import CallContext, ServerStreamMethod, UnaryMethod
 
 __all__ = ["AdminService"]
@@ -37,6 +44,7 @@ def _queue(name: str) -> str:
 def _task_id(task_id: str) -> str:
     if not task_id:
         raise InvalidArgument("task id is required")
+    check_task_id(task_id)
     return task_id
 
 
@@ -98,7 +106,7 @@ class AdminService:
             raise InvalidArgument(f"limit must not be negative, got {req.limit}")
         limit = min(req.limit or _LIST_DEFAULT, _LIST_MAX)
         tasks, token = self.ops.list_tasks(req.queue, int(req.state), limit, req.page_token)
-        return pb.ListTasksResponse(tasks=[task_info(t) for t in tasks], next_page_token=token)
+        return pb.ListTasksResponse(tasks=[task_info_safe(t) for t in tasks], next_page_token=token)
 
     # --- tasks -----------------------------------------------------------------------------------
     def _task_methods(self) -> list[UnaryMethod]:
@@ -149,11 +157,12 @@ class AdminService:
 
     async def reschedule(self, req: pb.RescheduleTaskRequest, ctx: CallContext) -> pb.RescheduleTaskResponse:
         task_id = _task_id(req.id)
-        at = timestamp_seconds(req, "process_at")
-        delta = duration_seconds(req, "process_in")
-        if (at is None) == (delta is None):
+        if req.HasField("process_at") == req.HasField("process_in"):
             raise InvalidArgument("exactly one of process_at and process_in is required")
-        self.ops.reschedule(task_id, at if at is not None else self.engine.now() + (delta or 0.0))
+        at = timestamp_ns(req, "process_at")
+        if at is None:
+            at = instant_after(self.engine.now(), duration_ns(req, "process_in") or 0, "process_in")
+        self.ops.reschedule(task_id, at)
         return pb.RescheduleTaskResponse()
 
     # --- limits and group configs ----------------------------------------------------------------
@@ -215,8 +224,9 @@ class AdminService:
 
     async def set_group(self, req: pb.SetGroupConfigRequest, ctx: CallContext) -> pb.SetGroupConfigResponse:
         queue = _queue(req.queue)
-        max_delay = duration_seconds(req, "max_delay") or 0.0
-        grace = duration_seconds(req, "grace_period") or 0.0
+        check_size("group", req.group, MAX_NAME)
+        max_delay = duration_ns(req, "max_delay") or 0
+        grace = duration_ns(req, "grace_period") or 0
         if req.max_size < 1:
             raise InvalidArgument(f"max_size must be at least 1, got {req.max_size}")
         if max_delay <= 0:

@@ -1,59 +1,102 @@
-"""Conversions between conveyor.v1 protobuf messages and the engine's domain model."""
+"""Conversions between conveyor.v1 protobuf messages and the engine's domain model.
+
+Times are exact: a Timestamp / Duration becomes integer nanoseconds and back without rounding.
+Reading a malformed one raises ``invalid_argument`` naming the field; writing never fails.
+"""
 
 from __future__ import annotations
+
+import logging
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk.errors import InvalidArgument
+from conveyor_server_min._engine.clock import NANOS, clamp, from_parts, in_range, to_parts
 from conveyor_server_min._engine.model import Task, TaskEvent
 
 __all__ = [
     "duration",
-    "duration_seconds",
+    "duration_ns",
     "envelope",
     "event_message",
+    "instant_after",
     "task_info",
+    "task_info_safe",
     "timestamp",
-    "timestamp_seconds",
+    "timestamp_ns",
 ]
 
-_MAX_DURATION = 315_576_000_000
-_MIN_TS, _MAX_TS = -62_135_596_800, 253_402_300_799
+log = logging.getLogger("conveyor.server")
+UNENCODABLE = "server could not encode this task"
+_MAX_DURATION_SECONDS = 315_576_000_000
+_RANGE = "0001-01-01T00:00:00Z..9999-12-31T23:59:59.999999999Z"
 
 
-def timestamp(seconds: float) -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromNanoseconds(round(seconds * 1e9))
-    return ts
+def timestamp(instant: int) -> timestamp_pb2.Timestamp:
+    """An engine instant (epoch nanoseconds) as a Timestamp, exactly; clamped into the valid range so
+    encoding never fails (every stored instant is already in range)."""
+    seconds, nanos = to_parts(clamp(instant))
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
 
 
-def duration(seconds: float) -> duration_pb2.Duration:
-    d = duration_pb2.Duration()
-    d.FromNanoseconds(round(seconds * 1e9))
-    return d
+def duration(nanos: int) -> duration_pb2.Duration:
+    """Integer nanoseconds as a Duration, exactly (seconds and nanos share the sign)."""
+    seconds = abs(nanos) // NANOS
+    rest = abs(nanos) - seconds * NANOS
+    if nanos < 0:
+        return duration_pb2.Duration(seconds=-seconds, nanos=-rest)
+    return duration_pb2.Duration(seconds=seconds, nanos=rest)
 
 
-def timestamp_seconds(msg: object, field: str) -> float | None:
-    """The field's value in epoch seconds when present and in range, else None."""
+def timestamp_ns(msg: object, field: str, label: str = "") -> int | None:
+    """The field as epoch nanoseconds when present; None when absent.
+
+    Raises InvalidArgument naming the field (or ``label``) when it is not a valid Timestamp.
+    """
     if not msg.HasField(field):  # type: ignore[attr-defined]
         return None
     ts = getattr(msg, field)
-    if not (_MIN_TS <= ts.seconds <= _MAX_TS) or not (0 <= ts.nanos < 1_000_000_000):
-        return None
-    return ts.seconds + ts.nanos / 1e9
+    instant = from_parts(ts.seconds, ts.nanos)
+    if not (0 <= ts.nanos < NANOS and in_range(instant)):
+        raise InvalidArgument(
+            f"{label or field} is not a valid Timestamp (seconds={ts.seconds}, nanos={ts.nanos}); "
+            f"it must lie within {_RANGE}"
+        )
+    return instant
 
 
-def duration_seconds(msg: object, field: str) -> float | None:
-    """The field's value in seconds when present and in range, else None."""
+def duration_ns(msg: object, field: str, label: str = "") -> int | None:
+    """The field in nanoseconds when present; None when absent.
+
+    Raises InvalidArgument naming the field (or ``label``) when it is not a valid Duration.
+    """
     if not msg.HasField(field):  # type: ignore[attr-defined]
         return None
     d = getattr(msg, field)
-    if abs(d.seconds) > _MAX_DURATION or abs(d.nanos) >= 1_000_000_000:
-        return None
-    if (d.seconds > 0 and d.nanos < 0) or (d.seconds < 0 and d.nanos > 0):
-        return None
-    return d.seconds + d.nanos / 1e9
+    seconds, nanos = d.seconds, d.nanos
+    if (
+        abs(seconds) > _MAX_DURATION_SECONDS
+        or abs(nanos) >= NANOS
+        or (seconds > 0 and nanos < 0)
+        or (seconds < 0 and nanos > 0)
+    ):
+        raise InvalidArgument(
+            f"{label or field} is not a valid Duration (seconds={seconds}, nanos={nanos}); "
+            f"|seconds| must be at most {_MAX_DURATION_SECONDS} and nanos share its sign"
+        )
+    return seconds * NANOS + nanos
+
+
+def instant_after(now: int, delta: int, field: str) -> int:
+    """``now + delta``, or InvalidArgument naming ``field`` when that instant is not a valid Timestamp."""
+    instant = now + delta
+    if not in_range(instant):
+        raise InvalidArgument(
+            f"{field} is out of range: now + {field} falls outside the Timestamp range {_RANGE}"
+        )
+    return instant
 
 
 def task_info(task: Task) -> pb.TaskInfo:
@@ -79,6 +122,18 @@ def task_info(task: Task) -> pb.TaskInfo:
     if task.started_at is not None:
         info.started_at.CopyFrom(timestamp(task.started_at))
     return info
+
+
+def task_info_safe(task: Task) -> pb.TaskInfo:
+    """:func:`task_info` for listings: a row that cannot be encoded becomes a stub carrying its id, queue,
+    state and the reason, so one bad row never fails a listing or a lookup."""
+    try:
+        return task_info(task)
+    except Exception as exc:  # isolation point: one bad row must not fail the answer for the others
+        log.exception("cannot encode task %r", task.id)
+        return pb.TaskInfo(
+            id=task.id, queue=task.queue, state=int(task.state), last_error=f"{UNENCODABLE}: {exc}"
+        )
 
 
 def options(task: Task) -> tpb.TaskOptions:

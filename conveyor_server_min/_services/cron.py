@@ -15,13 +15,15 @@ from typing import Any
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import ConveyorError, InvalidArgument, NotFound
+from conveyor_server_min._engine.clock import NANOS
 from conveyor_server_min._engine.cronspec import CronSchedule, parse_cron
 from conveyor_server_min._engine.engine import Engine
+from conveyor_server_min._services.bounds import MAX_NAME, check_size
 from conveyor_server_min._services.convert import timestamp
-from conveyor_server_min._services.validate import build_task, check_queue_name
+from conveyor_server_min._services.validate import build_task
 from conveyor_server_min.service_api import CallContext, UnaryMethod
 
-__all__ = ["CronService"]
+__all__ = ["CronService", "Entry"]
 
 log = logging.getLogger("conveyor.server.cron")
 PREFIX = "/conveyor.v1.AdminService/"
@@ -30,10 +32,26 @@ _COPIED = ("max_retry", "timeout", "deadline", "retention", "priority", "group",
 
 
 @dataclass(slots=True)
-class _Entry:
+class Entry:
     message: pb.CronEntry
     schedule: CronSchedule
-    next_run: float | None = None
+    next_run: int | None = None  # epoch nanoseconds
+
+
+def _request(msg: pb.CronEntry, slot: int) -> pb.EnqueueRequest:
+    """The EnqueueRequest that materializes ``msg`` for the fire slot ``slot`` (unix seconds)."""
+    req = pb.EnqueueRequest(
+        queue=msg.queue, type=msg.task_type, payload=msg.payload, content_type=msg.content_type,
+        unique_key=f"cron:{msg.id}:{slot}", unique_ttl={"seconds": 60},
+    )  # fmt: skip
+    opts = msg.options
+    for name in _COPIED:
+        if opts.DESCRIPTOR.fields_by_name[name].message_type is None:
+            setattr(req, name, getattr(opts, name))
+        elif opts.HasField(name):
+            getattr(req, name).CopyFrom(getattr(opts, name))
+    req.depends_on.extend(opts.depends_on)
+    return req
 
 
 class CronService:
@@ -41,7 +59,7 @@ class CronService:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.entries: dict[str, _Entry] = {}
+        self.entries: dict[str, Entry] = {}
 
     def methods(self) -> list[UnaryMethod]:
         def m(name: str, fn: Any) -> UnaryMethod:
@@ -75,18 +93,20 @@ class CronService:
             raise InvalidArgument("cron entry id is required")
         if not entry.task_type:
             raise InvalidArgument("cron entry task_type is required")
+        check_size("cron entry id", entry.id, MAX_NAME)
+        check_size("cron spec", entry.spec, MAX_NAME)
         try:
             schedule = parse_cron(entry.spec)
         except ValueError as exc:
             raise InvalidArgument(f"invalid cron spec {entry.spec!r}: {exc}") from None
         entry.queue = entry.queue or "default"
-        check_queue_name(entry.queue)
-        if entry.options.group and entry.options.concurrency_key:
-            raise InvalidArgument("group and concurrency_key are mutually exclusive")
-        self.entries[entry.id] = _Entry(entry, schedule)
+        # the options a fired task would carry must pass Enqueue validation now, not fail every tick
+        engine = self.engine
+        build_task(_request(entry, 0), now=engine.now(), new_id=lambda: "", default_max_retry=0)
+        self.entries[entry.id] = Entry(entry, schedule)
         return pb.UpsertCronResponse()
 
-    def _get(self, cron_id: str) -> _Entry:
+    def _get(self, cron_id: str) -> Entry:
         if not cron_id:
             raise InvalidArgument("cron entry id is required")
         entry = self.entries.get(cron_id)
@@ -118,23 +138,13 @@ class CronService:
             if entry.next_run is None:
                 entry.next_run = entry.schedule.next_after(now)
             elif entry.next_run <= now:
-                made += self._fire(entry, int(entry.next_run))
+                made += self._fire(entry, entry.next_run // NANOS)
                 entry.next_run = entry.schedule.next_after(now)
         return made
 
-    def _fire(self, entry: _Entry, slot: int) -> int:
+    def _fire(self, entry: Entry, slot: int) -> int:
         msg = entry.message
-        req = pb.EnqueueRequest(
-            queue=msg.queue, type=msg.task_type, payload=msg.payload, content_type=msg.content_type,
-            unique_key=f"cron:{msg.id}:{slot}", unique_ttl={"seconds": 60},
-        )  # fmt: skip
-        opts = msg.options
-        for name in _COPIED:
-            if opts.DESCRIPTOR.fields_by_name[name].message_type is None:
-                setattr(req, name, getattr(opts, name))
-            elif opts.HasField(name):
-                getattr(req, name).CopyFrom(getattr(opts, name))
-        req.depends_on.extend(opts.depends_on)
+        req = _request(msg, slot)
         engine = self.engine
         try:
             max_retry = engine.config.default_max_retry

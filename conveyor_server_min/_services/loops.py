@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Callable
 
+from conveyor_server_min._engine.clock import from_seconds, to_seconds
 from conveyor_server_min._engine.engine import Engine
 
 __all__ = ["Ticker"]
@@ -30,7 +31,7 @@ class Ticker:
         self._extra = extra
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._planned = math.inf
+        self._planned: float = math.inf  # wall-clock nanoseconds of the next planned wake-up
         engine.on_timer_change = self._timer_changed
 
     def _timer_changed(self) -> None:
@@ -70,9 +71,9 @@ class Ticker:
                 timer = self.engine.next_timer()
             delay = min(due) - time.monotonic()
             if timer is not None:
-                delay = min(delay, timer - wall)
+                delay = min(delay, to_seconds(timer - wall))
             delay = max(delay, _MIN_SLEEP)
-            self._planned = wall + delay
+            self._planned = wall + from_seconds(delay)
             self._kick.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), delay)

@@ -17,7 +17,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import ConveyorError, Internal, ProtocolError, Unavailable
 from conveyor_server_min._engine.engine import Engine
+from conveyor_server_min._engine.model import Outcome
 from conveyor_server_min._engine.sessions import Action, BatchAction, CancelAction, SessionState
+from conveyor_server_min._services.bounds import truncate
 from conveyor_server_min._services.convert import envelope, timestamp
 from conveyor_server_min._services.hello import check_hello, welcome
 from conveyor_server_min.service_api import CallContext
@@ -25,8 +27,10 @@ from conveyor_server_min.service_api import CallContext
 __all__ = ["SessionHandler", "server_message"]
 
 log = logging.getLogger("conveyor.server.session")
+UNDELIVERABLE = "server could not encode the task for dispatch"
 Send = Callable[[pb.ServerMessage], Awaitable[None]]
 SendNowait = Callable[[pb.ServerMessage, bool], bool]
+Gate = Callable[[], Awaitable[None]]
 
 
 def server_message(action: Action) -> pb.ServerMessage:
@@ -55,12 +59,17 @@ class Outbox:
     freeing a slot, handled while ``own_turn`` is set) joins the turn's batched flush;
     any other frame (a Dispatch decided while an Enqueue is handled, a timer, an admin
     call) is written to the socket in the same turn, before that request's reply.
+
+    With a ``gate`` (the durable store's commit wait), frames are sent only after every
+    change made before they were queued is committed: a worker never receives a lease
+    the store does not hold. A gate therefore turns the immediate path off.
     """
 
-    def __init__(self, send_nowait: SendNowait | None = None) -> None:
+    def __init__(self, send_nowait: SendNowait | None = None, gate: Gate | None = None) -> None:
         self._items: deque[pb.ServerMessage] = deque()
         self._ready = asyncio.Event()
-        self._send_nowait = send_nowait
+        self._send_nowait = send_nowait if gate is None else None
+        self._gate = gate
         self.own_turn = False
 
     def push(self, msg: pb.ServerMessage) -> None:
@@ -75,7 +84,11 @@ class Outbox:
             await self._ready.wait()
             self._ready.clear()
             while self._items:
-                await send(self._items.popleft())
+                count = len(self._items)
+                if self._gate is not None:
+                    await self._gate()
+                for _ in range(count):
+                    await send(self._items.popleft())
 
 
 def _check_result(result: pb.Result) -> None:
@@ -88,8 +101,9 @@ def _check_result(result: pb.Result) -> None:
 class SessionHandler:
     """The ``ServiceSet.session`` callable."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, gate: Gate | None = None) -> None:
         self.engine = engine
+        self.gate = gate
         self.closing = False
         self._live: dict[str, asyncio.Event] = {}
         self._idle = asyncio.Event()
@@ -113,15 +127,17 @@ class SessionHandler:
         hello = check_hello(first, self.engine.config)
         if self.closing:
             raise Unavailable("node is shutting down; reconnect to another node")
-        outbox = Outbox(send_nowait)
+        outbox = Outbox(send_nowait, self.gate)
+        holder: list[SessionState] = []
         session = self.engine.open_session(
             queues=dict(hello.queues),
             concurrency=hello.concurrency,
-            sink=lambda action: outbox.push(server_message(action)),
+            sink=lambda action: self._deliver(holder[0], outbox, action),
             sdk_version=hello.sdk_version,
             labels=dict(hello.labels),
             batch_types=list(hello.batch_types),
         )
+        holder.append(session)
         outbox.push(welcome(session.id, self.engine.config))
         stop = asyncio.Event()
         self._live[session.id] = stop
@@ -136,6 +152,25 @@ class SessionHandler:
             if not self._live:
                 self._idle.set()
             log.debug("session %s closed", session.id)
+
+    def _deliver(self, session: SessionState, outbox: Outbox, action: Action) -> None:
+        """Encode ``action`` into the outbox. A task that cannot be encoded is archived (on the next
+        loop turn, outside the dispatcher) instead of ending the session or stalling other tasks."""
+        try:
+            msg = server_message(action)
+        except Exception:  # isolation point: one bad row must not take the worker's session down
+            if isinstance(action, CancelAction):
+                raise
+            tasks = action.tasks if isinstance(action, BatchAction) else (action.task,)
+            ids = [t.id for t in tasks]
+            log.exception("cannot encode %s for session %s; archiving them", ids, session.id)
+            asyncio.get_running_loop().call_soon(self._undeliverable, session, ids)
+            return
+        outbox.push(msg)
+
+    def _undeliverable(self, session: SessionState, task_ids: list[str]) -> None:
+        reports = [(task_id, Outcome.SKIP_RETRY, UNDELIVERABLE, b"") for task_id in task_ids]
+        self.engine.batch_result(session, reports)
 
     async def _run(
         self,
@@ -179,14 +214,15 @@ class SessionHandler:
         if kind == "result":
             r = msg.result
             _check_result(r)
-            engine.result(session, r.task_id, r.outcome, r.error_msg, r.result)
+            engine.result(session, r.task_id, r.outcome, truncate(r.error_msg), r.result)
         elif kind == "heartbeat":
             engine.heartbeat(session, list(msg.heartbeat.active_task_ids))
         elif kind == "batch_result":
             for r in msg.batch_result.results:
                 _check_result(r)
             engine.batch_result(
-                session, [(r.task_id, r.outcome, r.error_msg, r.result) for r in msg.batch_result.results]
+                session,
+                [(r.task_id, r.outcome, truncate(r.error_msg), r.result) for r in msg.batch_result.results],
             )
         elif kind == "credit":
             n = msg.credit.n
@@ -201,7 +237,7 @@ class SessionHandler:
             p = msg.progress
             if not p.task_id:
                 raise ProtocolError("protocol violation: Progress without task_id")
-            engine.progress(session, p.task_id, p.percent, p.message)
+            engine.progress(session, p.task_id, p.percent, truncate(p.message))
         elif kind == "hello":
             raise ProtocolError("protocol violation: duplicate Hello frame")
         else:

@@ -1,4 +1,8 @@
-"""TaskService: Enqueue, EnqueueBatch, EnqueueTx, GetTask."""
+"""TaskService: Enqueue, EnqueueBatch, EnqueueTx, GetTask.
+
+Enqueue replies are encoded at commit, before dispatch: they show the initial state (§6.1) even when an
+idle worker takes the task at once.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import ConveyorError, InvalidArgument, NotFound
 from conveyor_server_min._engine.engine import Engine
 from conveyor_server_min._engine.model import Task
-from conveyor_server_min._services.convert import task_info
+from conveyor_server_min._services.convert import task_info, task_info_safe
 from conveyor_server_min._services.validate import build_task, check_batch_size
 from conveyor_server_min.service_api import CallContext, UnaryMethod
 
@@ -42,19 +46,18 @@ class TaskService:
         )
 
     async def enqueue(self, req: pb.EnqueueRequest, ctx: CallContext) -> pb.EnqueueResponse:
-        task = self.engine.enqueue(self._build(req))
-        return pb.EnqueueResponse(task=task_info(task))
+        return pb.EnqueueResponse(task=self.engine.enqueue(self._build(req), task_info))
 
     async def enqueue_batch(self, req: pb.EnqueueBatchRequest, ctx: CallContext) -> pb.EnqueueBatchResponse:
         check_batch_size(len(req.tasks))
         results = []
         for item in req.tasks:
             try:
-                task = self.engine.enqueue(self._build(item))
+                info = self.engine.enqueue(self._build(item), task_info)
             except ConveyorError as exc:
                 results.append(pb.EnqueueResult(error=exc.message or exc.code.connect_name))
             else:
-                results.append(pb.EnqueueResult(task=task_info(task)))
+                results.append(pb.EnqueueResult(task=info))
         return pb.EnqueueBatchResponse(results=results)
 
     async def enqueue_tx(self, req: pb.EnqueueTxRequest, ctx: CallContext) -> pb.EnqueueTxResponse:
@@ -65,8 +68,7 @@ class TaskService:
                 tasks.append(self._build(item))
             except InvalidArgument as exc:
                 raise InvalidArgument(f"task {index}: {exc.message}") from None
-        committed = self.engine.enqueue_tx(tasks)
-        return pb.EnqueueTxResponse(tasks=[task_info(t) for t in committed])
+        return pb.EnqueueTxResponse(tasks=self.engine.enqueue_tx(tasks, task_info))
 
     async def get_task(self, req: pb.GetTaskRequest, ctx: CallContext) -> pb.GetTaskResponse:
         if not req.id:
@@ -74,4 +76,4 @@ class TaskService:
         task = self.engine.get(req.id)
         if task is None:
             raise NotFound(TASK_NOT_FOUND)
-        return pb.GetTaskResponse(task=task_info(task))
+        return pb.GetTaskResponse(task=task_info_safe(task))

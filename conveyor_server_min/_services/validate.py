@@ -1,15 +1,23 @@
-"""Enqueue validation and defaults (server-behavior.md §10.1: order and messages; all invalid_argument)."""
+"""Enqueue validation and defaults (server-behavior.md §10.1: order and messages; all invalid_argument).
+
+After the upstream checks come this server's own: string sizes (:mod:`.bounds`), then time options.
+Every Timestamp / Duration must be valid, and every instant the server derives from one
+(``now + process_in``, ``now + expires_in``, ``now + timeout`` / ``unique_ttl`` / ``retention``) must
+itself be a valid Timestamp; otherwise ``invalid_argument`` names the field and nothing is committed.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import InvalidArgument
 from conveyor_server_min._engine.model import Dependency, FailurePolicy, RetryPolicy, Task
-from conveyor_server_min._services.convert import duration_seconds, timestamp_seconds
+from conveyor_server_min._services.bounds import MAX_KEY, MAX_NAME, check_map, check_size
+from conveyor_server_min._services.convert import duration_ns, instant_after, timestamp_ns
 
 __all__ = [
     "MAX_BATCH",
@@ -18,6 +26,7 @@ __all__ = [
     "build_task",
     "check_batch_size",
     "check_queue_name",
+    "check_task_id",
     "go_quote",
     "valid_queue_name",
 ]
@@ -36,12 +45,17 @@ def go_quote(text: str) -> str:
 
 
 def valid_queue_name(name: str) -> bool:
-    return _QUEUE_RE.fullmatch(name) is not None
+    return len(name) <= MAX_NAME and _QUEUE_RE.fullmatch(name) is not None
 
 
 def check_queue_name(name: str) -> None:
+    check_size("queue name", name, MAX_NAME)
     if not valid_queue_name(name):
         raise InvalidArgument(f"invalid queue name {go_quote(name)}")
+
+
+def check_task_id(task_id: str, field: str = "task id") -> None:
+    check_size(field, task_id, MAX_NAME)
 
 
 def check_batch_size(count: int) -> None:
@@ -53,23 +67,25 @@ def check_batch_size(count: int) -> None:
         )
 
 
-def _check(req: pb.EnqueueRequest, queue: str) -> None:
+def _check(req: pb.EnqueueRequest, queue: str, present: frozenset[str]) -> None:
+    """The upstream checks, in the upstream order and wording (server-behavior.md §10.1).
+
+    ``present`` names the message fields that are set (one ListFields call instead of many HasField).
+    """
     if not req.type:
         raise InvalidArgument("task type is required")
+    check_size("task type", req.type, MAX_NAME)
     check_queue_name(queue)
     if len(req.payload) > MAX_PAYLOAD:
         raise InvalidArgument(
             f"payload is {len(req.payload)} bytes, the maximum is {MAX_PAYLOAD}; "
             "store large data elsewhere and enqueue a reference to it"
         )
-    delayed = (
-        timestamp_seconds(req, "process_at") is not None or duration_seconds(req, "process_in") is not None
-    )
-    if timestamp_seconds(req, "process_at") is not None and duration_seconds(req, "process_in") is not None:
+    if "process_at" in present and "process_in" in present:
         raise InvalidArgument("process_at and process_in are mutually exclusive")
-    if timestamp_seconds(req, "expires_at") is not None and duration_seconds(req, "expires_in") is not None:
+    if "expires_at" in present and "expires_in" in present:
         raise InvalidArgument("expires_at and expires_in are mutually exclusive")
-    if req.group and delayed:
+    if req.group and ("process_at" in present or "process_in" in present):
         raise InvalidArgument("group and process_at/process_in are mutually exclusive")
     if req.group and req.concurrency_key:
         raise InvalidArgument("group and concurrency_key are mutually exclusive")
@@ -85,12 +101,88 @@ def _check(req: pb.EnqueueRequest, queue: str) -> None:
         raise InvalidArgument("a dependency must name a task id")
 
 
-def _relative(req: pb.EnqueueRequest, absolute: str, relative: str, now: float) -> float | None:
-    at = timestamp_seconds(req, absolute)
+def _check_sizes(req: pb.EnqueueRequest) -> None:
+    """This server's string bounds (see :mod:`.bounds`), after the upstream checks."""
+    short = MAX_NAME // 4  # a code point is at most 4 bytes: anything this short is within every limit
+    if not (
+        len(req.task_id) > short
+        or len(req.unique_key) > short
+        or len(req.group) > short
+        or len(req.concurrency_key) > short
+        or len(req.content_type) > short
+        or req.metadata
+        or req.depends_on
+    ):
+        return
+    check_task_id(req.task_id, "task_id")
+    check_size("unique_key", req.unique_key, MAX_KEY)
+    check_size("group", req.group, MAX_NAME)
+    check_size("concurrency_key", req.concurrency_key, MAX_NAME)
+    check_size("content_type", req.content_type, MAX_NAME)
+    check_map("metadata", req.metadata)
+    for index, dep in enumerate(req.depends_on):
+        check_task_id(dep.task_id, f"depends_on[{index}].task_id")
+
+
+@dataclass(frozen=True, slots=True)
+class _Times:
+    """The request's time options as exact nanoseconds, each validated against the Timestamp range."""
+
+    timeout: int | None
+    deadline: int | None
+    process_at: int | None
+    expires_at: int | None
+    unique_ttl: int | None
+    retention: int | None
+    retry_policy: RetryPolicy | None
+
+
+def _relative(req: pb.EnqueueRequest, absolute: str, relative: str, now: int) -> int | None:
+    at = timestamp_ns(req, absolute)
     if at is not None:
         return at
-    delta = duration_seconds(req, relative)
-    return None if delta is None else now + delta
+    delta = duration_ns(req, relative)
+    return None if delta is None else instant_after(now, delta, relative)
+
+
+def _span(req: pb.EnqueueRequest, field: str, now: int) -> int | None:
+    """A duration option whose use adds it to a server time: ``now + it`` must be a valid Timestamp."""
+    value = duration_ns(req, field)
+    if value is not None:
+        instant_after(now, value, field)
+    return value
+
+
+def _retry_policy(req: pb.EnqueueRequest) -> RetryPolicy | None:
+    if not req.HasField("retry_policy"):
+        return None
+    rp = req.retry_policy
+    return RetryPolicy(
+        strategy=int(rp.strategy),
+        base=duration_ns(rp, "base", "retry_policy.base") or 0,
+        max=duration_ns(rp, "max", "retry_policy.max") or 0,
+    )
+
+
+_NO_TIMES = _Times(None, None, None, None, None, None, None)
+_TIME_FIELDS = frozenset(
+    {"timeout", "deadline", "process_at", "process_in", "expires_at", "expires_in", "unique_ttl",
+     "retention", "retry_policy"}
+)  # fmt: skip
+
+
+def _times(req: pb.EnqueueRequest, now: int, present: frozenset[str]) -> _Times:
+    if present.isdisjoint(_TIME_FIELDS):
+        return _NO_TIMES
+    return _Times(
+        timeout=_span(req, "timeout", now),
+        deadline=timestamp_ns(req, "deadline"),
+        process_at=_relative(req, "process_at", "process_in", now),
+        expires_at=_relative(req, "expires_at", "expires_in", now),
+        unique_ttl=_span(req, "unique_ttl", now) if req.unique_key else None,
+        retention=_span(req, "retention", now),
+        retry_policy=_retry_policy(req),
+    )
 
 
 def _policy(value: int) -> FailurePolicy:
@@ -100,23 +192,16 @@ def _policy(value: int) -> FailurePolicy:
         return FailurePolicy.BLOCK
 
 
-def _retry_policy(req: pb.EnqueueRequest) -> RetryPolicy | None:
-    if not req.HasField("retry_policy"):
-        return None
-    rp = req.retry_policy
-    return RetryPolicy(
-        strategy=int(rp.strategy),
-        base=duration_seconds(rp, "base") or 0.0,
-        max=duration_seconds(rp, "max") or 0.0,
-    )
-
-
 def build_task(
-    req: pb.EnqueueRequest, *, now: float, new_id: Callable[[], str], default_max_retry: int
+    req: pb.EnqueueRequest, *, now: int, new_id: Callable[[], str], default_max_retry: int
 ) -> Task:
-    """Validate ``req`` in the upstream order and return the task with server defaults applied."""
+    """Validate ``req`` (upstream checks in upstream order, then sizes, then times) and return the task
+    with server defaults applied. Every failure is InvalidArgument; nothing is committed here."""
     queue = req.queue or DEFAULT_QUEUE
-    _check(req, queue)
+    present = frozenset(field.name for field, _ in req.ListFields())
+    _check(req, queue, present)
+    _check_sizes(req)
+    times = _times(req, now, present)
     return Task(
         id=req.task_id or new_id(),
         queue=queue,
@@ -127,15 +212,15 @@ def build_task(
         metadata=dict(req.metadata),
         max_retry=req.max_retry or default_max_retry,
         priority=req.priority or DEFAULT_PRIORITY,
-        timeout=duration_seconds(req, "timeout"),
-        deadline=timestamp_seconds(req, "deadline"),
-        process_at=_relative(req, "process_at", "process_in", now),
+        timeout=times.timeout,
+        deadline=times.deadline,
+        process_at=times.process_at,
         unique_key=req.unique_key,
-        unique_ttl=duration_seconds(req, "unique_ttl") if req.unique_key else None,
-        retention=duration_seconds(req, "retention"),
+        unique_ttl=times.unique_ttl,
+        retention=times.retention,
         group=req.group,
-        expires_at=_relative(req, "expires_at", "expires_in", now),
+        expires_at=times.expires_at,
         depends_on=tuple(Dependency(d.task_id, _policy(d.on_failure)) for d in req.depends_on),
         concurrency_key=req.concurrency_key,
-        retry_policy=_retry_policy(req),
+        retry_policy=times.retry_policy,
     )

@@ -26,8 +26,10 @@ FAST = EngineConfig(
 )
 
 
-def make(config: EngineConfig = FAST, rand: float = 0.5) -> tuple[Services, FakeClock]:
-    clock = FakeClock()
+def make(
+    config: EngineConfig = FAST, rand: float = 0.5, start: int | None = None
+) -> tuple[Services, FakeClock]:
+    clock = FakeClock() if start is None else FakeClock(start)
     return build_services(config, clock=clock, rand=lambda: rand), clock
 
 

@@ -7,6 +7,7 @@ import asyncio
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk.errors import Code
+from conveyor_server_min._engine.clock import NANOS
 from tests.server_engine._harness import Worker, call, call_error, enqueue, get, make
 
 S = tpb.TaskState
@@ -86,7 +87,7 @@ def test_task_actions_and_legal_states() -> None:
         assert err.code is Code.FAILED_PRECONDITION
         await call(services, "RunTask", pb.RunTaskRequest(id=t.id))
         assert (await get(services, t.id)).state == S.TASK_STATE_PENDING
-        later = int(clock.now()) + 30
+        later = clock.now() // NANOS + 30
         await call(
             services, "RescheduleTask", pb.RescheduleTaskRequest(id=t.id, process_at={"seconds": later})
         )

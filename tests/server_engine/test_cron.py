@@ -7,6 +7,7 @@ import asyncio
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk.errors import Code
+from conveyor_server_min._engine.clock import NANOS
 from tests.server_engine._harness import call, call_error, make
 
 
@@ -42,7 +43,7 @@ def test_cron_materializes_due_slots_once() -> None:
 
     async def main() -> None:
         services, clock = make()
-        clock.set(1_800_000_001.0)
+        clock.set(1_800_000_001 * NANOS)
         opts = tpb.TaskOptions(priority=7, max_retry=3)
         await call(services, "UpsertCron", _entry(queue="cronq", payload=b"{}", options=opts))
         cron = services.admin.cron
@@ -50,7 +51,7 @@ def test_cron_materializes_due_slots_once() -> None:
         listed = await call(services, "ListCron", pb.ListCronRequest())
         assert listed.entries[0].queue == "cronq"
         assert listed.entries[0].next_run_at.seconds == 1_800_000_010
-        clock.set(1_800_000_010.5)
+        clock.set(1_800_000_010 * NANOS + NANOS // 2)
         assert cron.tick() == 1
         assert cron.tick() == 0
         tasks = (await call(services, "ListTasks", pb.ListTasksRequest(queue="cronq"))).tasks

@@ -6,6 +6,7 @@ import asyncio
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_server_min._engine.clock import NANOS
 from tests.server_engine._harness import Worker, call, enqueue, get, make
 
 S = tpb.TaskState
@@ -96,7 +97,7 @@ def test_unblocked_dependent_with_future_process_at_is_scheduled() -> None:
         services, clock = make()
         await call(services, "PauseQueue", pb.PauseQueueRequest(queue="default"))
         parent = await enqueue(services, queue="p")
-        later = int(clock.now()) + 100
+        later = clock.now() // NANOS + 100
         child = await enqueue(services, depends_on=[_dep(parent.id)], process_at={"seconds": later})
         w = Worker(services)
         await w.open(queues={"p": 1})

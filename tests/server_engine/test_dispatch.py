@@ -6,6 +6,7 @@ import asyncio
 from collections import Counter
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_server_min._engine.clock import NANOS
 from tests.server_engine._harness import Worker, call, enqueue, make
 
 
@@ -27,7 +28,7 @@ def test_dispatch_order_is_priority_then_due_then_id() -> None:
         a = await enqueue(services)
         b = await enqueue(services)
         high = await enqueue(services, priority=9)
-        past = await enqueue(services, process_at={"seconds": int(clock.now()) - 60})
+        past = await enqueue(services, process_at={"seconds": clock.now() // NANOS - 60})
         w = Worker(services)
         await w.open()
         order = [d.task.id for d in await _drain(w, 5)]
@@ -130,7 +131,7 @@ def test_rate_limit_gates_dispatch_by_token_bucket() -> None:
         await w.settle()
         assert len(w.pending()) == 2
         wake = services.engine.next_timer()
-        assert wake is not None and abs(wake - (clock.now() + 0.5)) < 1e-6
+        assert wake == clock.now() + NANOS // 2
         clock.advance(0.5)
         services.engine.wake_due()
         await w.settle()

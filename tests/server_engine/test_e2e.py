@@ -162,3 +162,27 @@ def test_watch_events_streams_over_connect(tasks: TaskServiceClientSync, url: st
     assert not thread.is_alive()
     assert got[0].event_type == tpb.TASK_EVENT_TYPE_ENQUEUED and got[0].queue == "watched"
     assert got[-1].state == S.TASK_STATE_SCHEDULED
+
+
+def test_times_and_hostile_options_over_the_wire(tasks: TaskServiceClientSync, url: str) -> None:
+    """Over a real server: a process_at with nanoseconds comes back exactly; an expires_in whose instant
+    leaves the Timestamp range is invalid_argument, commits nothing, and a session on its queue works."""
+    at = {"seconds": 4_102_444_811, "nanos": 861_470_000}  # 2100-01-01T00:00:11.861470000Z
+    info = tasks.enqueue(pb.EnqueueRequest(type="t", queue="hostile", process_at=at)).task
+    got = tasks.get_task(pb.GetTaskRequest(id=info.id)).task.process_at
+    assert (got.seconds, got.nanos) == (at["seconds"], at["nanos"])
+    with pytest.raises(ConnectError) as bad:
+        tasks.enqueue(pb.EnqueueRequest(type="t", queue="hostile", expires_in={"seconds": 315_576_000_000}))
+    assert bad.value.code.name == "INVALID_ARGUMENT" and "expires_in" in str(bad.value)
+    admin = AdminServiceClientSync(url, send_compression=None)
+    listed = admin.list_tasks(pb.ListTasksRequest(queue="hostile")).tasks
+    assert [t.id for t in listed] == [info.id]
+    ready = tasks.enqueue(pb.EnqueueRequest(type="t", queue="hostile")).task
+
+    async def main() -> None:
+        stream, _ = await _open(url, "grpc", "hostile")
+        msg = await stream.recv()
+        assert msg is not None and msg.dispatch.task.id == ready.id
+        await stream.aclose()
+
+    asyncio.run(main())

@@ -10,6 +10,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk.errors import Code
+from conveyor_server_min._engine.clock import NANOS
 from tests.server_engine._harness import call, call_error, enqueue, get, make
 
 S = tpb.TaskState
@@ -100,7 +101,7 @@ def test_defaults_are_applied() -> None:
         assert info.max_retry == 25
         assert len(info.id) == 26
         assert info.state == S.TASK_STATE_PENDING
-        assert info.enqueued_at.ToNanoseconds() == int(clock.now() * 1e9)
+        assert info.enqueued_at.ToNanoseconds() == clock.now()
         assert not info.HasField("process_at")
         assert info.content_type == "application/json"
 
@@ -160,8 +161,8 @@ def test_priority_process_in_and_expires_in_resolve_at_enqueue() -> None:
         assert hi.priority == 9
         later = await enqueue(services, process_in=_dur(30))
         assert later.state == S.TASK_STATE_SCHEDULED
-        assert later.process_at.ToNanoseconds() == int((now + 30) * 1e9)
-        past = await enqueue(services, process_at=_ts(now - 5))
+        assert later.process_at.ToNanoseconds() == now + 30 * NANOS
+        past = await enqueue(services, process_at=_ts(now / NANOS - 5))
         assert past.state == S.TASK_STATE_PENDING
 
     asyncio.run(main())

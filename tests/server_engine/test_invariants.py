@@ -47,7 +47,7 @@ class Model:
         live = [s for s in self.sessions if s.id in eng.dispatcher.sessions]
         if op == "enqueue":
             self.n += 1
-            eng.enqueue(Task(id=f"t{self.n:05d}", queue=str(x), type="t", enqueued_at=0.0, priority=int(y)))  # type: ignore[call-overload]
+            eng.enqueue(Task(id=f"t{self.n:05d}", queue=str(x), type="t", enqueued_at=0, priority=int(y)))  # type: ignore[call-overload]
         elif op == "open":
             self._open({str(x): 1}, int(y))  # type: ignore[call-overload]
         elif op == "open2":
@@ -81,8 +81,10 @@ class Model:
         for queue, counts in eng.broker.counts().items():
             for state in range(1, 10):
                 assert counts[state] == recount[(queue, state)], (queue, state)
+        has_work = eng.dispatcher._has_work
         for session in eng.dispatcher.sessions.values():
             assert 0 <= len(session.deliveries) <= session.concurrency
+            assert set(session.work) == {q for q in session.queues if q in has_work}, "work index"
         for task in tasks:
             if task is not None and task.state is State.ACTIVE:
                 holder = eng.dispatcher.sessions[task.session_id]

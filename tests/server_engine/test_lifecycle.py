@@ -7,6 +7,7 @@ import asyncio
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk.errors import Code
+from conveyor_server_min._engine.clock import NANOS
 from tests.server_engine._harness import Worker, call_error, enqueue, get, make
 
 S = tpb.TaskState
@@ -117,7 +118,7 @@ def _retry_delay(policy: tpb.RetryPolicy | None, failures: int, rand: float = 0.
             await w.settle()
             task = services.engine.get(info.id)
             assert task is not None
-            delay = task.due - start
+            delay = (task.due - start) / NANOS
             clock.set(task.due)
             services.engine.wake_due()
         await w.close()

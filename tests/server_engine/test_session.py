@@ -10,6 +10,7 @@ import pytest
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk.errors import Code, ConveyorError
+from conveyor_server_min._engine.clock import NANOS
 from conveyor_server_min.service_api import EngineConfig
 from tests.server_engine._harness import CTX, FAST, Worker, call, enqueue, get, make
 
@@ -118,11 +119,11 @@ def test_dispatch_carries_task_and_deadline() -> None:
         d = await w.dispatch()
         assert (d.task.id, d.task.payload, dict(d.task.metadata)) == (info.id, b"p", {"k": "v"})
         assert d.task.options.max_retry == 25 and d.task.options.priority == 4
-        assert d.deadline.ToNanoseconds() == int((now + 1) * 1e9)
+        assert d.deadline.ToNanoseconds() == now + NANOS
         w.result(d.task.id)
         await enqueue(services)
         d2 = await w.dispatch()
-        assert d2.deadline.ToNanoseconds() == int((now + 2) * 1e9)
+        assert d2.deadline.ToNanoseconds() == now + 2 * NANOS
         assert (await get(services, info.id)).state == S.TASK_STATE_COMPLETED
         await w.close()
 

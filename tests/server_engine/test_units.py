@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from conveyor_server_min._engine.backoff import backoff_delay
-from conveyor_server_min._engine.clock import FakeClock
+from conveyor_server_min._engine.clock import NANOS, FakeClock
 from conveyor_server_min._engine.cronspec import parse_cron
 from conveyor_server_min._engine.limits import TokenBucket
 from conveyor_server_min._engine.sessions import swrr_pick
@@ -19,7 +19,7 @@ from conveyor_server_min._services import semver
 
 def test_ulids_are_26_chars_time_prefixed_and_monotonic() -> None:
     """Same-millisecond ids increase; a later clock gives a larger prefix; the alphabet is Crockford."""
-    clock = FakeClock(1_800_000_000.0)
+    clock = FakeClock(1_800_000_000 * NANOS)
     gen = UlidGenerator(clock, entropy=lambda n: b"\xff" * n)
     a, b = gen.new(), gen.new()
     assert len(a) == 26 and a < b
@@ -76,32 +76,32 @@ def test_swrr_is_smooth_and_proportional() -> None:
 def test_token_bucket_refills_at_rate_up_to_burst() -> None:
     """A bucket starts full, spends whole tokens, refills at its rate and never beyond burst."""
     bucket = TokenBucket(rate=4, burst=2)
-    assert bucket.available(0.0)
-    bucket.take(0.0)
-    bucket.take(0.0)
-    assert not bucket.available(0.0)
-    assert bucket.next_token_at() == 0.25
-    assert bucket.available(0.25)
-    assert not bucket.available(0.25 + 1e-9) or bucket.tokens < 2
-    bucket.refill(100.0)
+    assert bucket.available(0)
+    bucket.take(0)
+    bucket.take(0)
+    assert not bucket.available(0)
+    assert bucket.next_token_at() == NANOS // 4
+    assert not bucket.available(NANOS // 4 - 1)
+    assert bucket.available(NANOS // 4)
+    bucket.refill(100 * NANOS)
     assert bucket.tokens == 2
 
 
-def _utc(ts: float | None) -> dt.datetime:
-    assert ts is not None
-    return dt.datetime.fromtimestamp(ts, dt.UTC)
+def _utc(ts: int | None) -> dt.datetime:
+    assert ts is not None and ts % NANOS == 0
+    return dt.datetime.fromtimestamp(ts // NANOS, dt.UTC)
 
 
 def test_cron_next_fire_times() -> None:
     """Six-field seconds-first specs, names, steps, dom/dow, descriptors and @every compute the next fire."""
-    now = dt.datetime(2027, 1, 15, 8, 0, 0, tzinfo=dt.UTC).timestamp()  # a Friday
+    now = int(dt.datetime(2027, 1, 15, 8, 0, 0, tzinfo=dt.UTC).timestamp()) * NANOS  # a Friday
     assert _utc(parse_cron("0 0 2 * * *").next_after(now)) == dt.datetime(2027, 1, 16, 2, tzinfo=dt.UTC)
-    assert parse_cron("*/15 * * * * *").next_after(now) == now + 15
+    assert parse_cron("*/15 * * * * *").next_after(now) == now + 15 * NANOS
     assert _utc(parse_cron("0 30 9 * * MON-FRI").next_after(now)).hour == 9
     assert _utc(parse_cron("0 0 0 * * SAT").next_after(now)).day == 16
     assert _utc(parse_cron("0 0 0 29 FEB ?").next_after(now)) == dt.datetime(2028, 2, 29, tzinfo=dt.UTC)
     assert _utc(parse_cron("@hourly").next_after(now)) == dt.datetime(2027, 1, 15, 9, tzinfo=dt.UTC)
-    assert parse_cron("@every 90s").next_after(now) == now + 90
+    assert parse_cron("@every 90s").next_after(now) == now + 90 * NANOS
 
 
 @pytest.mark.parametrize(
@@ -120,7 +120,7 @@ def test_broker_compacts_stale_heap_entries() -> None:
 
     engine = Engine(clock=FakeClock())
     for i in range(500):
-        engine.enqueue(Task(id=f"x{i:04d}", queue="idle", type="t", enqueued_at=0.0))
+        engine.enqueue(Task(id=f"x{i:04d}", queue="idle", type="t", enqueued_at=0))
     for i in range(499):
         task = engine.get(f"x{i:04d}")
         assert task is not None
