@@ -12,7 +12,17 @@ import logging
 import sys
 import time
 
-__all__ = ["JsonFormatter", "TextFormatter", "configure_logging"]
+__all__ = ["LEVELS", "JsonFormatter", "TextFormatter", "configure_logging", "parse_level"]
+
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def parse_level(name: str) -> int:
+    """``"warning"`` -> ``logging.WARNING``; ValueError naming the choices otherwise."""
+    if name.lower() not in LEVELS:
+        raise ValueError(f"--log-level must be one of {', '.join(LEVELS)}, got {name!r}")
+    return int(getattr(logging, name.upper()))
+
 
 _STD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 

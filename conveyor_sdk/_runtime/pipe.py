@@ -112,6 +112,7 @@ class ImportFailed(msgspec.Struct, tag_field="k", tag="import-failed", array_lik
     """Child -> supervisor: the app could not be loaded; the child exits next."""
 
     message: str
+    detail: str = ""  # the traceback, limited to the user's frames
 
 
 class JobDone(msgspec.Struct, tag_field="k", tag="done", array_like=True, frozen=True):

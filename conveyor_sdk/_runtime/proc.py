@@ -52,6 +52,9 @@ class ChildArgs:
     env: dict[str, str] | None = None
     cwd: str | None = None
     forward_stderr: bool = False  # pipe children's stderr through the supervisor's sys.stderr (live view)
+    log_level: str = "info"
+    source_root: str = ""  # the app's folder; its .py files are copied as the last good code
+    import_root: str = ""  # a folder put first on the child's sys.path (a last-good-code copy)
 
 
 @dataclass(slots=True)
@@ -105,6 +108,8 @@ class ChildProc:
     recycle_at: int = 0  # tasks_done threshold (with jitter); 0 = never
     purpose: str = "start"  # start | respawn | reload | recycle
     retired: bool = False  # told to stop; its replacement already exists
+    load_error: str = ""  # ImportFailed message, when the child could not load the app
+    load_detail: str = ""  # ... and its traceback (user frames)
     _rfd: int = -1  # parent end: child -> supervisor
     _wfd: int = -1  # parent end: supervisor -> child
     _child_fds: tuple[int, int] = (-1, -1)
@@ -149,7 +154,10 @@ class ChildProc:
             "--index", self.name,
             "--log-format", self.args.log_format,
             "--parent", str(os.getpid()),
+            "--log-level", self.args.log_level,
         ]  # fmt: skip
+        if self.args.import_root:
+            cmd += ["--code-root", self.args.import_root]
         env = dict(os.environ if self.args.env is None else self.args.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         try:

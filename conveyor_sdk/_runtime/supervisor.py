@@ -28,7 +28,7 @@ from conveyor_sdk._runtime.executor import ExecutorOptions, ProcessExecutor, Run
 from conveyor_sdk._runtime.metrics import Metrics, MetricsServer
 from conveyor_sdk._runtime.pools import PoolSpec, plan_pools
 from conveyor_sdk._runtime.proc import ChildArgs
-from conveyor_sdk._runtime.reload import app_directory, watch
+from conveyor_sdk._runtime.reload import app_directory, discard_snapshot, watch
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk.errors import ConveyorError
 
@@ -69,6 +69,7 @@ class SupervisorConfig:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     log_format: str = "text"
+    log_level: str = "info"
     demo: bool = False
     live: bool = False
     kill_grace: float = 2.0
@@ -132,6 +133,8 @@ class Supervisor:
                 beat=cfg.beat,
                 log_format=cfg.log_format,
                 forward_stderr=cfg.live,
+                log_level=cfg.log_level,
+                source_root=str(app_directory(self.module_file)) if self.module_file else "",
             )
             self.executor = ProcessExecutor(args, pools, options, self.metrics)
             self.executor.spawn()
@@ -180,6 +183,7 @@ class Supervisor:
                 if child.popen is not None and child.popen.poll() is None:
                     child.popen.kill()
                     child.popen.wait(5)
+            discard_snapshot(self.executor.good_code)
         if self.embedded is not None:
             self.embedded.stop()
 
