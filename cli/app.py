@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from conveyor_cli import client_cmds, conformance_cmd, server_cmd, worker_cmd
+from conveyor_cli import _common, client_cmds, conformance_cmd, server_cmd, worker_cmd
 
 app = typer.Typer(
     name="conveyor",
@@ -21,8 +21,8 @@ conformance_cmd.register(app)
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point (errors in one style: ``error: ...``)."""
+    _common.run_app(app)
 
 
 if __name__ == "__main__":

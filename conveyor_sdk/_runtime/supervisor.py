@@ -38,6 +38,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_SERVER",
     "EXIT_SESSION",
+    "MetricsUnavailable",
     "Supervisor",
     "SupervisorConfig",
 ]
@@ -49,6 +50,10 @@ EXIT_CONFIG = 1
 EXIT_CHILDREN = 5  # children cannot load the app / keep dying at start-up
 EXIT_SESSION = 6  # fatal session error (unauthenticated, permission denied, protocol error)
 EXIT_SERVER = 7  # the embedded server did not start
+
+
+class MetricsUnavailable(Exception):
+    """The metrics endpoint cannot listen (``conveyor worker`` exits 1 with this message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +272,12 @@ class Supervisor:
             host=self.config.metrics_host,
             port=self.config.metrics_port,
         )
-        port = await server.start()
+        try:
+            port = await server.start()
+        except OSError as exc:  # lost a race for the port after the CLI checked it
+            where = f"{self.config.metrics_host}:{self.config.metrics_port}"
+            why = exc.strerror or exc
+            raise MetricsUnavailable(f"--metrics-port: cannot listen on {where}: {why}") from None
         log.info("metrics listening on http://%s:%d (/metrics, /healthz)", self.config.metrics_host, port)
         return server
 
