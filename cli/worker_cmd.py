@@ -192,6 +192,10 @@ def run_worker_command(
         _in_range("--max-tasks-per-child", max_tasks_per_child, 0)
         _in_range("--max-memory-per-child", max_memory_per_child, 0)
         _check_metrics_port("127.0.0.1", metrics_port)
+        if not server:
+            from conveyor_sdk._runtime.embedded import preferred_port
+
+            preferred_port()
     except ValueError as exc:
         fail(str(exc))
     registry = _load(app_spec, log_format, level)
@@ -241,6 +245,18 @@ def _load(app_spec: str, log_format: str, level: int) -> Registry:
         fail(exc.message, exc.exit_code)
 
 
+def _announce(url: str, log_format: str) -> None:
+    """One line to paste into a second terminal so operator commands reach the embedded server."""
+    line = f"export CONVEYOR_ADDR={url}"
+    if log_format == "json":
+        import logging
+
+        logging.getLogger("conveyor.runtime").info("%s", line, extra={"export": line})
+    else:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
 def _serve(config: SupervisorConfig, registry: Registry) -> int:
     """Spawn children and the embedded server, run the loop, clean up; returns the exit code."""
     from conveyor_sdk._runtime.embedded import EmbeddedServerError
@@ -253,6 +269,8 @@ def _serve(config: SupervisorConfig, registry: Registry) -> int:
             sup.prepare()
         except EmbeddedServerError as exc:
             fail(str(exc), EXIT_SERVER)
+        if sup.embedded is not None:
+            _announce(sup.server_url, config.log_format)
         try:
             return asyncio.run(sup.run())
         except MetricsUnavailable as exc:
