@@ -151,6 +151,7 @@ class Fleet:
             if child.popen is not None and child.popen.poll() is None:
                 child.popen.kill()
                 child.popen.wait(5)
+        await asyncio.gather(*(c.output_drained(2.0) for c in children))  # their last lines too
 
     async def reload(self) -> bool:
         """Start a fresh generation; retire the old one once all new children are ready.

@@ -76,6 +76,7 @@ class OutcomeMsg(msgspec.Struct, array_like=True, frozen=True):
     error_msg: str = ""
     result: bytes = b""
     cancelled: bool = False
+    traceback: str = ""  # for the supervisor's log (never sent to the server)
 
 
 class RunJob(msgspec.Struct, tag_field="k", tag="run", array_like=True, frozen=True):
@@ -235,7 +236,9 @@ def job_from_msg(msg: RunJob) -> Job:
 
 def outcome_to_msg(outcome: Outcome) -> OutcomeMsg:
     """Frame form of one outcome."""
-    return OutcomeMsg(int(outcome.kind), outcome.error_msg, outcome.result, outcome.cancelled)
+    return OutcomeMsg(
+        int(outcome.kind), outcome.error_msg, outcome.result, outcome.cancelled, outcome.traceback
+    )
 
 
 def outcome_from_msg(msg: OutcomeMsg) -> Outcome:
@@ -244,4 +247,10 @@ def outcome_from_msg(msg: OutcomeMsg) -> Outcome:
         kind = OutcomeKind(msg.kind)
     except ValueError:
         kind = OutcomeKind.RETRY
-    return Outcome(kind=kind, error_msg=msg.error_msg, result=msg.result, cancelled=msg.cancelled)
+    return Outcome(
+        kind=kind,
+        error_msg=msg.error_msg,
+        result=msg.result,
+        cancelled=msg.cancelled,
+        traceback=msg.traceback,
+    )

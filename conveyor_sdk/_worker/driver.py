@@ -33,6 +33,7 @@ from conveyor_sdk._protocol.session import (
 from conveyor_sdk._protocol.types import CancelReason
 from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
+from conveyor_sdk._worker.outcomes import log_failure
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk.errors import ConveyorError, Internal, ProtocolError
 
@@ -121,7 +122,7 @@ class Driver:
             if event[1] == self.stream_epoch:
                 await self._execute(self.machine.receive(event[2], now, self._can_start))
         elif kind == "done":
-            self._log_failures(event[1], event[2])
+            self._log_failures(event[1], event[2], event[3] if len(event) > 3 else None)
             self.jobs.pop(event[1], None)
             try:
                 actions = self.machine.job_finished(event[1], event[2], now, self._can_start)
@@ -245,6 +246,8 @@ class Driver:
         self.stream_epoch = -1
         if error is not None:
             self.log.warning("session ended: %s", error)
+        elif self.machine.draining:  # our half-close after the drain; the server only answered it
+            self.log.info("session closed: this worker drained and ended it")
         else:
             self.log.info("session ended by the server")
         await self._close_stream(stream, reader)
@@ -285,18 +288,19 @@ class Driver:
             outcomes = await self.executor.run(job, self._control)
         except asyncio.CancelledError:
             outcomes = [Outcome(OutcomeKind.RELEASED, "worker stopped")] * len(job.tasks)
-            self.post(("done", job.job_id, outcomes))
+            self.post(("done", job.job_id, outcomes, job))
             raise
         except Exception as exc:  # isolation point: an executor failure is the task's outcome
             self.log.exception("executor failed on %s", job.job_id)
             outcomes = [Outcome(OutcomeKind.RETRY, f"executor failed: {exc!r}")] * len(job.tasks)
-        self.post(("done", job.job_id, outcomes))
+        self.post(("done", job.job_id, outcomes, job))
 
-    def _log_failures(self, job_id: str, outcomes: list[Outcome]) -> None:
-        for outcome in outcomes:
+    def _log_failures(self, job_id: str, outcomes: list[Outcome], job: Job | None) -> None:
+        tasks = job.tasks if job is not None and len(job.tasks) == len(outcomes) else ()
+        for i, outcome in enumerate(outcomes):
             if outcome.kind in (OutcomeKind.RETRY, OutcomeKind.SKIP_RETRY) and not outcome.cancelled:
                 self.counters["handler_failures"] += 1
-                self.log.warning("task %s failed (%s): %s", job_id, outcome.kind.name, outcome.error_msg)
+                log_failure(self.log, tasks[i] if tasks else None, job_id, outcome)
 
     def _progress_from_any_thread(self, task_id: str, percent: int, message: str) -> None:
         event = ("progress", task_id, percent, message)
