@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections.abc import Iterable
 
 __all__ = ["CONTINUED", "MAX_LINE", "RECORD", "ChildOutput", "LogStream", "mark_record", "write_output"]
 
@@ -80,8 +81,27 @@ class LogStream:
         if getattr(self._local, "buf", ""):
             self.write("\n")
 
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
     def isatty(self) -> bool:
         return False
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    @property
+    def buffer(self) -> object:
+        """The real stream's bytes buffer (bytes written there are not turned into records)."""
+        return self.fallback.buffer  # type: ignore[attr-defined]
 
     def fileno(self) -> int:
         return self.fallback.fileno()  # type: ignore[attr-defined, no-any-return]
