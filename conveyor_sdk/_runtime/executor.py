@@ -4,8 +4,9 @@ Contract (on top of conveyor_sdk._worker.executor):
 
 * Children are spawned by :meth:`spawn` (synchronously, before the supervisor
   opens any connection or thread); :meth:`start` waits for every child's
-  ``Ready``. A child that cannot import the app stops the runtime
-  (:class:`RuntimeFailure`), never a respawn storm.
+  ``Ready``. During start-up a child that cannot import the app stops the
+  runtime (:class:`RuntimeFailure`), never a respawn storm; afterwards it is
+  logged and replaced with backoff (see ``fleet.py``).
 * ``can_start`` asks the job's pool for a free slot that the weighted
   :class:`SlotBook` allows; ``run`` sends the job to the least-loaded child.
 * ``cancel`` forwards the reason; a job still running ``kill_grace`` seconds

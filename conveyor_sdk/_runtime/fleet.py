@@ -1,11 +1,13 @@
 """The child-process fleet: spawning, replacement, recycling, reload and health checks.
 
 :class:`Fleet` owns the pools of :class:`ChildProc` and everything about their
-life that is not a job: replacements after a crash (with backoff, and a stop
-instead of a respawn storm when children cannot even start), recycling after
+life that is not a job: replacements after a crash (with backoff; a child that
+cannot load the app is fatal only during start-up, later it is retried with the
+last good copy of the code while the code on disk is broken), recycling after
 ``max_tasks_per_child`` / ``max_memory_mb`` (replacement ready first, one child
 at a time, thresholds jittered), reload (a fresh generation, then the old one
-retires and finishes its jobs), and the periodic health check (a child whose
+retires and finishes its jobs; if the fresh one does not load, the old one keeps
+serving and the next reload tries again), and the periodic health check (a child whose
 beats stop while it runs jobs is logged with those task ids and killed once a
 job's deadline has passed). :class:`ProcessExecutor` adds the job side.
 """
