@@ -112,10 +112,10 @@ def register(app: typer.Typer) -> None:
             typer.Option("-q", "--queue", help="NAME=WEIGHT (repeatable); default: the app's queues."),
         ] = [],  # noqa: B006 - typer needs a literal default for list options
         concurrency: Annotated[
-            int | None, typer.Option(help="Total tasks at once (default: two per process, 8 in-process).")
+            int | None, typer.Option(help="Tasks at once, 1..100000 (default: 2 per process, 8 in-process).")
         ] = None,
         processes: Annotated[
-            int | None, typer.Option(help="Child processes (default: CPU count; 0 = run in-process).")
+            int | None, typer.Option(help="Child processes, 0..1024 (default: CPU count; 0 = in-process).")
         ] = None,
         pool: Annotated[
             list[str], typer.Option("--pool", help="NAME:QUEUES:N explicit pool (repeatable).")
