@@ -91,7 +91,8 @@ def take_snapshot(root: Path | str) -> str | None:
             root,
         )
         return None
-    dest = tempfile.mkdtemp(prefix=f"conveyor-code-{os.getpid()}-")
+    _remove_orphans()
+    dest = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
     try:
         for path in files:
             target = os.path.join(dest, os.path.relpath(path, root))
@@ -105,6 +106,32 @@ def take_snapshot(root: Path | str) -> str | None:
         discard_snapshot(dest)
         return None
     return dest
+
+
+_PREFIX = "conveyor-code-"
+
+
+def _remove_orphans() -> None:
+    """Remove copies left by a worker that was killed (SIGKILL leaves no chance to clean up)."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def discard_snapshot(path: str | None) -> None:

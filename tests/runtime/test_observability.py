@@ -201,3 +201,26 @@ def test_take_snapshot_copies_python_files_within_limits(
     assert not Path(copy).exists()
     monkeypatch.setattr(reload, "SNAPSHOT_MAX_FILES", 1)
     assert reload.take_snapshot(tmp_path) is None
+
+
+def test_take_snapshot_removes_copies_left_by_dead_workers(tmp_path: Path) -> None:
+    """A copy named after a pid that no longer runs (a SIGKILLed worker) is removed by the next snapshot."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from conveyor_sdk._runtime import reload
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], check=True, capture_output=True, text=True
+    )
+    orphan = Path(tempfile.mkdtemp(prefix=f"conveyor-code-{int(dead.stdout)}-"))
+    mine = Path(tempfile.mkdtemp(prefix=f"conveyor-code-{os.getpid()}-"))
+    (tmp_path / "m.py").write_text("")
+    copy = reload.take_snapshot(tmp_path)
+    try:
+        assert not orphan.exists() and mine.exists()
+    finally:
+        reload.discard_snapshot(copy)
+        reload.discard_snapshot(str(mine))
+        reload.discard_snapshot(str(orphan))
