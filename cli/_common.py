@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Annotated, NoReturn
 
 import typer
@@ -21,8 +21,10 @@ __all__ = [
     "DEFAULT_SERVER",
     "ServerOpt",
     "TokenOpt",
+    "check_range",
     "err_console",
     "fail",
+    "run_app",
     "user_errors",
 ]
 
@@ -46,6 +48,14 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def check_range(flag: str, value: int | None, low: int, high: int | None = None) -> None:
+    """``error: --flag must be between low and high, got v`` (exit 1) for a value outside its range."""
+    if value is None or (value >= low and (high is None or value <= high)):
+        return
+    bounds = f"between {low} and {high}" if high is not None else f">= {low}"
+    fail(f"{flag} must be {bounds}, got {value}")
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Turn ConveyorError / ValueError / OSError into a one-line error and exit code 1."""
@@ -57,3 +67,42 @@ def user_errors() -> Iterator[None]:
         fail(str(exc))
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _usage_error(exc: Exception) -> NoReturn:
+    """A command-line usage error as one ``error:`` line (exit 2), or the help for a bare group."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        try:
+            from typer import rich_utils
+
+            rich_utils.rich_format_error(exc)  # type: ignore[arg-type]
+        except (ImportError, AttributeError):
+            exc.show()  # type: ignore[attr-defined]
+        sys.exit(int(getattr(exc, "exit_code", 2)))
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    message = exc.format_message()  # type: ignore[attr-defined]
+    err_console.print(f"[bold red]error:[/] {escape(message)}{escape(hint)}", soft_wrap=True)
+    sys.exit(int(getattr(exc, "exit_code", 2)))
+
+
+def run_app(app: typer.Typer, args: Sequence[str] | None = None, prog_name: str | None = None) -> NoReturn:
+    """Run ``app`` with every error printed in one style: ``error: ...`` on one line.
+
+    Click's own rendering (a boxed "Error" or ``Error: ...``) is replaced for usage
+    errors (unknown option, bad value, value out of range: exit 2) and aborts.
+    """
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(
+            args=list(args) if args is not None else None, prog_name=prog_name, standalone_mode=False
+        )
+    except typer.Abort:
+        err_console.print("[bold red]error:[/] aborted", soft_wrap=True)
+        sys.exit(1)
+    except Exception as exc:
+        # click's ClickException family (duck-typed: typer may vendor click privately)
+        if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
+            raise
+        _usage_error(exc)
+    sys.exit(code if isinstance(code, int) else 0)

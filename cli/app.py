@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from conveyor_cli import (
+    _common,
     client_cmds,
     conformance_cmd,
     cron_cmd,
@@ -36,8 +37,8 @@ conformance_cmd.register(app)
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point (errors in one style: ``error: ...``)."""
+    _common.run_app(app)
 
 
 if __name__ == "__main__":

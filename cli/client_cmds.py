@@ -183,6 +183,8 @@ def enqueue(  # noqa: PLR0917  # typer maps each option to one parameter
     token: Token = None,
 ) -> None:
     """Enqueue one task and print the committed TaskInfo."""
+    _common.check_range("--priority", priority, 1, 9)
+    _common.check_range("--max-retry", max_retry, 0)
     payload, ctype = _payload(json_text, data_file, content_type, normalize)
     with client_for(server, token, _encryption(encrypt, key_file)) as client:
         raw: dict[str, Any] = {
@@ -210,6 +212,7 @@ def enqueue_batch(  # noqa: PLR0917  # typer maps each option to one parameter
     token: Token = None,
 ) -> None:
     """Enqueue tasks from a JSONL file in chunks of up to 1000 (progress bar for large files)."""
+    _common.check_range("--chunk-size", chunk, 1, 1000)
     with client_for(server, token) as client:
         try:
             failed = run_batch(client, file, tx=tx, chunk=chunk, output=output)
@@ -247,6 +250,7 @@ def tasks_ls(  # noqa: PLR0917  # typer maps each option to one parameter
     token: Token = None,
 ) -> None:
     """List tasks, newest first."""
+    _common.check_range("--limit", limit, 1, 1000)
     with client_for(server, token) as client:
         if all_pages:
             emit_tasks(list(client.admin.iter_tasks(queue=queue, state=state, page_size=limit)), output)

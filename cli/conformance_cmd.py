@@ -59,7 +59,8 @@ def run(  # noqa: PLR0917  # typer maps each option to one parameter
     protocol: Annotated[str, typer.Option("--protocol", help="Session protocol for server checks.")] = "grpc",
     concurrency: Annotated[int, typer.Option("--concurrency", help="Checks run at once.", min=1)] = 6,
     timing_scale: Annotated[
-        float, typer.Option("--timing-scale", help="Stretch waits on slow machines.")
+        float,
+        typer.Option("--timing-scale", help="Stretch waits on slow machines (0.1..100).", min=0.1, max=100),
     ] = 1.0,
 ) -> None:
     from conveyor_conformance.context import SuiteConfig

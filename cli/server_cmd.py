@@ -74,6 +74,8 @@ def register(app: typer.Typer) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m conveyor_server_min`` entry point: the same command as ``conveyor server``."""
+    from conveyor_cli import _common
+
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command(help=_HELP)(server_command())
-    app(args=argv, prog_name="python -m conveyor_server_min")
+    _common.run_app(app, argv, prog_name="python -m conveyor_server_min")

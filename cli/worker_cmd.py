@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -49,6 +50,18 @@ def _queues(specs: list[str], app: Iterable[HandlerSpec]) -> dict[str, int]:
     return queues
 
 
+MAX_PROCESSES = 1024
+MAX_CONCURRENCY = 100_000
+
+
+def _in_range(flag: str, value: int | None, low: int, high: int | None = None) -> None:
+    if value is None:
+        return
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise ValueError(f"{flag} must be {bounds}, got {value}")
+
+
 def _validate(
     queue: list[str], pool: list[str], concurrency: int | None, processes: int | None
 ) -> tuple[list[PoolSpec], int]:
@@ -57,14 +70,26 @@ def _validate(
     for spec in queue:
         parse_queue(spec)
     pools = [parse_pool(p) for p in pool]
-    if concurrency is not None and concurrency <= 0:
-        raise ValueError(f"--concurrency must be > 0, got {concurrency}")
-    if processes is not None and processes < 0:
-        raise ValueError(f"--processes must be >= 0, got {processes}")
+    _in_range("--concurrency", concurrency, 1, MAX_CONCURRENCY)
+    _in_range("--processes", processes, 0, MAX_PROCESSES)
     procs = processes if processes is not None else (os.cpu_count() or 1)
     if procs == 0 and pools:
         raise ValueError("--pool needs --processes >= 1")
     return pools, procs
+
+
+def _check_metrics_port(host: str, port: int | None) -> None:
+    """Fail early (before any child starts) when the metrics port cannot be served."""
+    _in_range("--metrics-port", port, 0, 65535)
+    if not port:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the metrics server will
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise ValueError(f"--metrics-port {port}: cannot listen on {host}:{port}: {why}") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -87,10 +112,10 @@ def register(app: typer.Typer) -> None:
             typer.Option("-q", "--queue", help="NAME=WEIGHT (repeatable); default: the app's queues."),
         ] = [],  # noqa: B006 - typer needs a literal default for list options
         concurrency: Annotated[
-            int | None, typer.Option(help="Total tasks at once (default: two per process, 8 in-process).")
+            int | None, typer.Option(help="Tasks at once, 1..100000 (default: 2 per process, 8 in-process).")
         ] = None,
         processes: Annotated[
-            int | None, typer.Option(help="Child processes (default: CPU count; 0 = run in-process).")
+            int | None, typer.Option(help="Child processes, 0..1024 (default: CPU count; 0 = in-process).")
         ] = None,
         pool: Annotated[
             list[str], typer.Option("--pool", help="NAME:QUEUES:N explicit pool (repeatable).")
@@ -106,9 +131,10 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--reload", help="Reload on .py changes (development).")
         ] = False,
         metrics_port: Annotated[
-            int | None, typer.Option(help="Serve Prometheus /metrics and /healthz on this port.")
+            int | None, typer.Option(help="Serve Prometheus /metrics and /healthz on this port (0..65535).")
         ] = None,
         log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
+        log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
         demo: Annotated[
             bool, typer.Option("--demo", help="Run the app module's demo(client) producer.")
         ] = False,
@@ -144,6 +170,7 @@ def register(app: typer.Typer) -> None:
             reload=reload,
             metrics_port=metrics_port,
             log_format=log_format,
+            log_level=log_level,
             demo=demo,
             key_file=key_file,
             embedded_db=embedded_db,
@@ -169,8 +196,10 @@ def run_worker_command(
     demo: bool,
     key_file: str | None = None,
     embedded_db: str | None = None,
+    log_level: str = "info",
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
+    from conveyor_sdk._runtime.logs import parse_level
     from conveyor_sdk._runtime.supervisor import SupervisorConfig
 
     if log_format not in ("text", "json"):
@@ -178,13 +207,21 @@ def run_worker_command(
     if embedded_db and server:
         fail("--embedded-db configures the embedded server; it cannot be combined with --server")
     try:
+        level = parse_level(log_level)
         pools, procs = _validate(queue, pool, concurrency, processes)
         grace_s = parse_duration(grace)
-        if max_tasks_per_child < 0 or max_memory_per_child < 0:
-            raise ValueError("--max-tasks-per-child and --max-memory-per-child must be >= 0")
+        if grace_s < 0:
+            raise ValueError(f"--grace must be >= 0, got {grace}")
+        _in_range("--max-tasks-per-child", max_tasks_per_child, 0)
+        _in_range("--max-memory-per-child", max_memory_per_child, 0)
+        _check_metrics_port("127.0.0.1", metrics_port)
+        if not server:
+            from conveyor_sdk._runtime.embedded import preferred_port
+
+            preferred_port()
     except ValueError as exc:
         fail(str(exc))
-    registry = _load(app_spec, log_format)
+    registry = _load(app_spec, log_format, level)
     try:
         queues = _queues(queue, registry)
         encryption = _encryption(key_file, registry)
@@ -207,6 +244,7 @@ def run_worker_command(
         reload=reload,
         metrics_port=metrics_port,
         log_format=log_format,
+        log_level=log_level.lower(),
         demo=demo,
         live=sys.stderr.isatty() and log_format == "text",
         encryption=encryption,
@@ -231,22 +269,40 @@ def _encryption(key_file: str | None, registry: Registry) -> Any:
     return ring
 
 
-def _load(app_spec: str, log_format: str) -> Registry:
-    """Configure logging and import the app (exit 3/4 on failure)."""
+def _load(app_spec: str, log_format: str, level: int) -> Registry:
+    """Configure logging and import the app (exit 3/4 on failure).
+
+    An exception raised by the user's module shows its traceback (the user's frames
+    only, no import machinery) before the one ``error:`` line.
+    """
     from conveyor_sdk._runtime.appload import AppLoadError, load_app
     from conveyor_sdk._runtime.logs import configure_logging
 
-    configure_logging(log_format)
+    configure_logging(log_format, level=level)
     try:
         return load_app(app_spec)
     except AppLoadError as exc:
+        if exc.detail:
+            sys.stderr.write(exc.detail if exc.detail.endswith("\n") else exc.detail + "\n")
         fail(exc.message, exc.exit_code)
+
+
+def _announce(url: str, log_format: str) -> None:
+    """One line to paste into a second terminal so operator commands reach the embedded server."""
+    line = f"export CONVEYOR_ADDR={url}"
+    if log_format == "json":
+        import logging
+
+        logging.getLogger("conveyor.runtime").info("%s", line, extra={"export": line})
+    else:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 def _serve(config: SupervisorConfig, registry: Registry) -> int:
     """Spawn children and the embedded server, run the loop, clean up; returns the exit code."""
     from conveyor_sdk._runtime.embedded import EmbeddedServerError
-    from conveyor_sdk._runtime.supervisor import EXIT_SERVER, Supervisor
+    from conveyor_sdk._runtime.supervisor import EXIT_CONFIG, EXIT_SERVER, MetricsUnavailable, Supervisor
 
     module = sys.modules.get(config.app.partition(":")[0])
     sup = Supervisor(config, registry, getattr(module, "__file__", None))
@@ -255,6 +311,11 @@ def _serve(config: SupervisorConfig, registry: Registry) -> int:
             sup.prepare()
         except EmbeddedServerError as exc:
             fail(str(exc), EXIT_SERVER)
-        return asyncio.run(sup.run())
+        if sup.embedded is not None:
+            _announce(sup.server_url, config.log_format)
+        try:
+            return asyncio.run(sup.run())
+        except MetricsUnavailable as exc:
+            fail(str(exc), EXIT_CONFIG)
     finally:
         sup.shutdown()

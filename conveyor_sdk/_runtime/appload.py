@@ -20,7 +20,7 @@ import traceback
 
 from conveyor_sdk._worker.registry import Registry
 
-__all__ = ["EXIT_ATTRIBUTE", "EXIT_IMPORT", "AppLoadError", "load_app", "split_spec"]
+__all__ = ["EXIT_ATTRIBUTE", "EXIT_IMPORT", "AppLoadError", "load_app", "split_spec", "user_traceback"]
 
 EXIT_IMPORT = 3
 EXIT_ATTRIBUTE = 4
@@ -34,6 +34,35 @@ class AppLoadError(Exception):
         self.message = message
         self.exit_code = exit_code
         self.detail = detail  # the traceback of an import failure, for logs
+
+
+_SDK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../conveyor_sdk
+_IMPORTLIB = os.path.dirname(os.path.abspath(importlib.__file__))
+
+
+def _user_frame(filename: str) -> bool:
+    """False for frames of the import machinery and of conveyor_sdk itself."""
+    if filename.startswith("<frozen importlib"):
+        return False
+    path = os.path.abspath(filename)
+    return not (path.startswith(_SDK_DIR + os.sep) or path.startswith(_IMPORTLIB + os.sep))
+
+
+def _trim(te: traceback.TracebackException, seen: set[int]) -> None:
+    if id(te) in seen:
+        return
+    seen.add(id(te))
+    te.stack = traceback.StackSummary.from_list([f for f in te.stack if _user_frame(f.filename)])
+    for chained in (te.__cause__, te.__context__):
+        if chained is not None:
+            _trim(chained, seen)
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` without import-machinery and SDK frames (chained causes kept)."""
+    te = traceback.TracebackException.from_exception(exc)
+    _trim(te, set())
+    return "".join(te.format())
 
 
 def split_spec(spec: str) -> tuple[str, str | None]:
@@ -60,14 +89,14 @@ def _import(module_name: str) -> object:
         missing = exc.name or ""
         if missing and (module_name == missing or module_name.startswith(missing + ".")):
             message = f"cannot import app module {module_name!r}: no module named {missing!r}"
-        else:
-            message = f"importing app module {module_name!r} failed: ModuleNotFoundError: {exc}"
-        raise AppLoadError(message, EXIT_IMPORT, traceback.format_exc()) from None
+            raise AppLoadError(message, EXIT_IMPORT) from None  # a typo in the spec: no traceback
+        message = f"importing app module {module_name!r} failed: ModuleNotFoundError: {exc}"
+        raise AppLoadError(message, EXIT_IMPORT, user_traceback(exc)) from None
     except BaseException as exc:  # isolation point: any import-time failure becomes exit 3
         raise AppLoadError(
             f"importing app module {module_name!r} failed: {type(exc).__name__}: {exc}",
             EXIT_IMPORT,
-            traceback.format_exc(),
+            user_traceback(exc),
         ) from None
 
 
@@ -104,7 +133,7 @@ def load_app(spec: str) -> Registry:
             raise AppLoadError(
                 f"app factory {spec!r} failed: {type(exc).__name__}: {exc}",
                 EXIT_IMPORT,
-                traceback.format_exc(),
+                user_traceback(exc),
             ) from None
     if not isinstance(value, Registry):
         raise AppLoadError(f"{spec!r} is a {type(value).__name__}, not an App or Registry", EXIT_ATTRIBUTE)

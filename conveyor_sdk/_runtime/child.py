@@ -212,12 +212,17 @@ class _TaskIdFilter(logging.Filter):
         return True
 
 
-def _setup_logging(index: str, fmt: str) -> None:
-    from conveyor_sdk._runtime.logs import configure_logging
+def _setup_logging(index: str, fmt: str, level: str = "info", forward: bool = False) -> tuple[Any, Any]:
+    """Log to the real stderr (framed when the supervisor forwards it); ``print`` becomes records too."""
+    from conveyor_sdk._runtime.logs import configure_logging, parse_level
+    from conveyor_sdk._runtime.output import capture_print
 
-    configure_logging(fmt, child=f"{index}:{os.getpid()}")
+    real_out, real_err = sys.__stdout__, sys.__stderr__
+    tag = f"{index}:{os.getpid()}"
+    configure_logging(fmt, child=tag, level=parse_level(level), stream=real_err, marked=forward)
     for handler in logging.getLogger().handlers:
-        handler.addFilter(_TaskIdFilter(f"{index}:{os.getpid()}"))
+        handler.addFilter(_TaskIdFilter(tag))
+    return capture_print(real_out, real_err)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -230,6 +235,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--index", default="0")
     parser.add_argument("--log-format", default="text")
     parser.add_argument("--parent", type=int, default=0)
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--code-root", default="")
+    parser.add_argument("--forward-output", action="store_true")
     return parser.parse_args(argv)
 
 
@@ -240,17 +248,21 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.parent and os.getppid() != args.parent:
         return 0  # the supervisor died before PR_SET_PDEATHSIG took effect
-    _setup_logging(args.index, args.log_format)
+    streams = _setup_logging(args.index, args.log_format, args.log_level, args.forward_output)
+    if args.code_root:
+        sys.path.insert(0, args.code_root)  # the last good copy of the app's code (see reload.py)
     try:
         registry = load_app(args.app)
     except AppLoadError as exc:
         with os.fdopen(args.wfd, "wb", 0) as out:
-            out.write(pipe.encode(pipe.ImportFailed(exc.message)))
-        if exc.detail:
-            log.error("%s\n%s", exc.message, exc.detail)
+            out.write(pipe.encode(pipe.ImportFailed(exc.message, exc.detail)))
         return exc.exit_code
     child = ChildLoop(registry, args.rfd, args.wfd, capacity=max(1, args.capacity), beat=args.beat)
-    asyncio.run(child.serve())
+    try:
+        asyncio.run(child.serve())
+    finally:
+        for stream in streams:
+            stream.close_line()
     return 0
 
 

@@ -1,6 +1,9 @@
 """The embedded reference server ``conveyor worker`` starts when no ``--server`` is given.
 
-It runs as its own process (``python -m conveyor_server_min --dev --port 0``),
+It listens on 127.0.0.1:8080 when that port is free, so the operator commands'
+default (``http://localhost:8080``) reaches it from a second terminal; otherwise
+on a port the kernel picks. ``CONVEYOR_EMBEDDED_PORT`` changes the preferred port
+(``0``: always a random one). It runs as its own process (``python -m conveyor_server_min --dev --port 0``),
 so it never competes for the supervisor's GIL, and it is tied to the
 supervisor's life twice over: ``PR_SET_PDEATHSIG`` kills it if the supervisor
 dies, and :meth:`EmbeddedServer.stop` SIGTERMs it on a normal exit. Readiness
@@ -10,16 +13,22 @@ is its ``listening on http://HOST:PORT`` line (read with a timeout, no sleep).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 
-__all__ = ["EmbeddedServer", "EmbeddedServerError"]
+__all__ = ["DEFAULT_PORT", "PORT_ENV", "EmbeddedServer", "EmbeddedServerError", "preferred_port"]
+
+DEFAULT_PORT = 8080
+PORT_ENV = "CONVEYOR_EMBEDDED_PORT"
+log = logging.getLogger("conveyor.server")
 
 _LISTENING = re.compile(r"^listening on (https?://\S+)\s*$")
 _BOOT = (
@@ -37,18 +46,60 @@ class EmbeddedServerError(Exception):
     """The embedded server did not start."""
 
 
-class EmbeddedServer:
-    """A dev-mode reference server on 127.0.0.1, port 0."""
+class _PortTaken(Exception):
+    """The preferred port was taken between the check and the server's bind."""
 
-    def __init__(self, args: tuple[str, ...] = (), *, start_timeout: float = 30.0) -> None:
+
+def preferred_port(environ: dict[str, str] | None = None) -> int:
+    """The port to try first: ``$CONVEYOR_EMBEDDED_PORT`` or 8080. ValueError when invalid."""
+    text = (os.environ if environ is None else environ).get(PORT_ENV, "").strip()
+    if not text:
+        return DEFAULT_PORT
+    try:
+        port = int(text)
+    except ValueError:
+        raise ValueError(f"{PORT_ENV} must be a port number (0..65535), got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{PORT_ENV} must be between 0 and 65535, got {port}")
+    return port
+
+
+def port_free(host: str, port: int) -> bool:
+    """True when ``host:port`` can be bound now (with SO_REUSEADDR, as the server binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class EmbeddedServer:
+    """A dev-mode reference server on 127.0.0.1: the preferred port when free, else any."""
+
+    def __init__(
+        self, args: tuple[str, ...] = (), *, start_timeout: float = 30.0, port: int | None = None
+    ) -> None:
         self.args = args
         self.start_timeout = start_timeout
+        self.port = preferred_port() if port is None else port
         self.url = ""
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> str:
-        """Spawn, wait for the listening line, return the URL."""
-        cmd = [sys.executable, "-c", _BOOT, "--dev", "--host", "127.0.0.1", "--port", "0", *self.args]
+        """Spawn, wait for the listening line, return the URL (preferred port first)."""
+        if self.port and port_free("127.0.0.1", self.port):
+            try:
+                return self._launch(self.port)
+            except _PortTaken:
+                pass
+        if self.port:
+            log.info("port %d is in use; the embedded server takes a free port instead", self.port)
+        return self._launch(0)
+
+    def _launch(self, port: int) -> str:
+        cmd = [sys.executable, "-c", _BOOT, "--dev", "--host", "127.0.0.1", "--port", str(port), *self.args]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             cmd,
@@ -61,7 +112,7 @@ class EmbeddedServer:
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + self.start_timeout
-        buf = b""
+        buf = seen = b""
         while not self.url:
             left = deadline - time.monotonic()
             readable, _, _ = select.select([fd], [], [], max(0.0, left))
@@ -71,10 +122,14 @@ class EmbeddedServer:
             chunk = os.read(fd, 4096)
             if not chunk:
                 code = self.proc.wait(5)
-                said = [ln for ln in buf.decode(errors="replace").splitlines() if ln.startswith("error: ")]
+                self.proc.stdout.close()
+                if port and b"cannot listen" in seen:
+                    raise _PortTaken(seen.decode(errors="replace").strip())
+                said = [ln for ln in seen.decode(errors="replace").splitlines() if ln.startswith("error: ")]
                 reason = f": {said[-1].removeprefix('error: ')}" if said else ""
                 raise EmbeddedServerError(f"embedded server exited with code {code} before listening{reason}")
             buf += chunk
+            seen = (seen + chunk)[-65536:]
             while b"\n" in buf and not self.url:
                 line, buf = buf.split(b"\n", 1)
                 match = _LISTENING.match(line.decode(errors="replace"))
@@ -84,11 +139,17 @@ class EmbeddedServer:
         return self.url
 
     def _drain(self, fd: int) -> None:
-        """Copy the server's output to our current stderr (the live view's proxy while it runs)."""
+        """Log the server's output line by line (``conveyor.server``), so it never garbles other output."""
+        pending = b""
         with contextlib.suppress(OSError, ValueError):
             while chunk := os.read(fd, 65536):
-                sys.stderr.write(chunk.decode(errors="replace"))
-                sys.stderr.flush()
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    log.info("%s", line.decode(errors="replace").rstrip())
+                pending = pending[-65536:]  # a line without an end never grows without bound
+        if pending.strip():
+            log.info("%s", pending.decode(errors="replace").rstrip())
 
     def stop(self, timeout: float = 10.0) -> int:
         """SIGTERM and wait (SIGKILL after ``timeout``); returns the exit code."""

@@ -4,8 +4,9 @@ Contract (on top of conveyor_sdk._worker.executor):
 
 * Children are spawned by :meth:`spawn` (synchronously, before the supervisor
   opens any connection or thread); :meth:`start` waits for every child's
-  ``Ready``. A child that cannot import the app stops the runtime
-  (:class:`RuntimeFailure`), never a respawn storm.
+  ``Ready``. During start-up a child that cannot import the app stops the
+  runtime (:class:`RuntimeFailure`), never a respawn storm; afterwards it is
+  logged and replaced with backoff (see ``fleet.py``).
 * ``can_start`` asks the job's pool for a free slot that the weighted
   :class:`SlotBook` allows; ``run`` sends the job to the least-loaded child.
 * ``cancel`` forwards the reason; a job still running ``kill_grace`` seconds
@@ -183,13 +184,20 @@ class ProcessExecutor(Fleet):
         elif isinstance(message, pipe.Ready):
             self._on_ready(child, message)
         elif isinstance(message, pipe.ImportFailed):
-            what = f"child {child.name} could not load the app: {message.message}"
-            if child.purpose == "reload":
-                log.error("%s", what)
-            else:
-                self._fail(RuntimeFailure(what))
+            self._on_import_failed(child, message)
         else:
             log.error("child %s sent an unexpected %s frame", child.name, type(message).__name__)
+
+    def _on_import_failed(self, child: ChildProc, message: pipe.ImportFailed) -> None:
+        """Fatal only at start-up; later the last good code keeps serving (see ``Fleet.reload``)."""
+        child.load_error, child.load_detail = message.message, message.detail
+        what = f"child {child.name} could not load the app: {message.message}"
+        if self._starting:
+            detail = f"\n{message.detail.rstrip()}" if message.detail else ""
+            self._fail(RuntimeFailure(what + detail))
+        elif child.purpose != "reload":  # a failed reload is reported once by the fleet
+            self.code_broken = True  # the next replacement imports the last good copy
+            log.error("%s%s", what, f"\n{message.detail.rstrip()}" if message.detail else "")
 
     def _running_with_task(self, child: ChildProc, task_id: str) -> RunningJob | None:
         running = child.jobs.get(task_id)
@@ -231,7 +239,8 @@ class ProcessExecutor(Fleet):
             child.ready.set()
         self._fail_jobs(child)
         self.observer.child_exited(child)
-        expected = self._closing or self._starting or child.retired or child.kill_note == "reload failed"
+        unready_spare = child.purpose in ("reload", "recycle") and not child.ready_at  # its caller decides
+        expected = self._closing or self._starting or child.retired or unready_spare
         if not expected:
             self._replace(pool, child)
         self._wakeup()

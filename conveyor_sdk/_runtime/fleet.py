@@ -1,11 +1,13 @@
 """The child-process fleet: spawning, replacement, recycling, reload and health checks.
 
 :class:`Fleet` owns the pools of :class:`ChildProc` and everything about their
-life that is not a job: replacements after a crash (with backoff, and a stop
-instead of a respawn storm when children cannot even start), recycling after
+life that is not a job: replacements after a crash (with backoff; a child that
+cannot load the app is fatal only during start-up, later it is retried with the
+last good copy of the code while the code on disk is broken), recycling after
 ``max_tasks_per_child`` / ``max_memory_mb`` (replacement ready first, one child
 at a time, thresholds jittered), reload (a fresh generation, then the old one
-retires and finishes its jobs), and the periodic health check (a child whose
+retires and finishes its jobs; if the fresh one does not load, the old one keeps
+serving and the next reload tries again), and the periodic health check (a child whose
 beats stop while it runs jobs is logged with those task ids and killed once a
 job's deadline has passed). :class:`ProcessExecutor` adds the job side.
 """
@@ -17,12 +19,13 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from conveyor_sdk._runtime import pipe
 from conveyor_sdk._runtime.observe import NullObserver, Observer
 from conveyor_sdk._runtime.pools import PoolSpec, SlotBook
 from conveyor_sdk._runtime.proc import ChildArgs, ChildProc, ChildState, RunningJob, describe_exit
+from conveyor_sdk._runtime.reload import discard_snapshot, take_snapshot
 
 __all__ = ["ExecutorOptions", "Fleet", "Pool", "RuntimeFailure"]
 
@@ -102,18 +105,25 @@ class Fleet:
         self._starting = False
         self._reload_lock: asyncio.Lock | None = None
         self._reload_again = False
+        self.good_code: str | None = None  # copy of the .py files the serving generation loaded
+        self.code_broken = False  # the code on disk failed to load since the last good generation
 
     def children(self) -> list[ChildProc]:
         return [c for pool in self.pools.values() for c in pool.children]
 
     def spawn(self) -> None:
         """Start every pool's children (synchronous; call before opening connections)."""
+        if self.child_args.source_root and self.good_code is None:
+            self.good_code = take_snapshot(self.child_args.source_root)
         for pool in self.pools.values():
             while len(pool.children) < pool.spec.processes:
                 self._new_child(pool)
 
     def _new_child(self, pool: Pool, purpose: str = "start") -> ChildProc:
-        child = ChildProc(self._next_index, pool.spec.name, self._generation, self.child_args)
+        args = self.child_args
+        if self.code_broken and self.good_code and purpose != "reload":
+            args = replace(args, import_root=self.good_code)  # the code on disk is broken: last good copy
+        child = ChildProc(self._next_index, pool.spec.name, self._generation, args)
         child.purpose = purpose
         self._next_index += 1
         cap = self.options.max_tasks_per_child
@@ -143,6 +153,7 @@ class Fleet:
             if child.popen is not None and child.popen.poll() is None:
                 child.popen.kill()
                 child.popen.wait(5)
+        await asyncio.gather(*(c.output_drained(2.0) for c in children))  # their last lines too
 
     async def reload(self) -> bool:
         """Start a fresh generation; retire the old one once all new children are ready.
@@ -165,7 +176,8 @@ class Fleet:
         if self._closing:
             return False
         self._generation += 1
-        old = [c for c in self.children() if c.state in (ChildState.READY, ChildState.STARTING)]
+        root = self.child_args.source_root
+        copy = await asyncio.to_thread(take_snapshot, root) if root else None
         fresh = [
             self._new_child(pool, "reload")
             for pool in self.pools.values()
@@ -173,17 +185,35 @@ class Fleet:
         ]
         for child in fresh:
             await child.attach(self._on_message, self._on_gone)
-        ok = await self._await_fresh(fresh)
-        if not ok:
-            for child in fresh:
-                child.kill("reload failed")
-            log.error("reload failed: the new code did not load; old children keep serving")
+        if not await self._await_fresh(fresh):
+            self._reload_failed(fresh, copy)
             return False
+        old = [c for c in self.children() if c not in fresh and c.state is not ChildState.DEAD]
         for child in old:
             self._retire(child)
+        discard_snapshot(self.good_code)
+        self.good_code, self.code_broken = copy, False
         log.info("reloaded: %d fresh children serving, %d old ones finishing", len(fresh), len(old))
         self._wakeup()
         return True
+
+    def _reload_failed(self, fresh: list[ChildProc], copy: str | None) -> None:
+        """The new code did not load: drop the fresh children; the old ones keep serving."""
+        for child in fresh:
+            self._retire(child)  # a fresh child that is already ready finishes what it took
+        discard_snapshot(copy)
+        failed = next((c for c in fresh if c.load_error), None)
+        if failed is not None:
+            self.code_broken = True
+            why = failed.load_error + (f"\n{failed.load_detail.rstrip()}" if failed.load_detail else "")
+        else:
+            dead = next((c for c in fresh if c.state is ChildState.DEAD), None)
+            why = f"a new child exited ({describe_exit(dead.returncode)})" if dead else "not ready in time"
+        log.error(
+            "reload failed: the new code did not load; old children keep serving "
+            "(the next change or SIGHUP tries again): %s",
+            why,
+        )
 
     async def _await_fresh(self, fresh: list[ChildProc]) -> bool:
         deadline = time.monotonic() + self.options.start_timeout
@@ -198,8 +228,11 @@ class Fleet:
     def _retire(self, child: ChildProc) -> None:
         if child.state in (ChildState.DEAD, ChildState.RETIRING):
             return
-        child.state = ChildState.RETIRING
         child.retired = True
+        if child.state is ChildState.STARTING:  # no job yet; it may not even read its pipe yet
+            child.kill("superseded")
+            return
+        child.state = ChildState.RETIRING
         child.send(pipe.Stop())
 
     def _maybe_recycle(self, child: ChildProc) -> None:
@@ -238,11 +271,13 @@ class Fleet:
         now = time.monotonic()
         if child.ready_at == 0.0:
             pool.start_failures += 1
-        if pool.start_failures >= self.options.max_start_failures:
-            how = describe_exit(child.returncode)
-            msg = f"children of pool {pool.spec.name!r} keep dying at start-up ({how})"
-            self._fail(RuntimeFailure(msg))
-            return
+            if pool.start_failures == self.options.max_start_failures:
+                log.error(
+                    "children of pool %r keep dying before they are ready (%s); retrying every %.0fs at most",
+                    pool.spec.name,
+                    child.load_error or describe_exit(child.returncode),
+                    self.options.respawn_max,
+                )
         if not child.kill_note:
             log.warning("child %s (pid %d) died: %s", child.name, child.pid, describe_exit(child.returncode))
         self.observer.child_restarted(child, child.kill_note or describe_exit(child.returncode))

@@ -11,8 +11,19 @@ import json
 import logging
 import sys
 import time
+from typing import IO, Any
 
-__all__ = ["JsonFormatter", "TextFormatter", "configure_logging"]
+__all__ = ["LEVELS", "JsonFormatter", "TextFormatter", "configure_logging", "parse_level"]
+
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def parse_level(name: str) -> int:
+    """``"warning"`` -> ``logging.WARNING``; ValueError naming the choices otherwise."""
+    if name.lower() not in LEVELS:
+        raise ValueError(f"--log-level must be one of {', '.join(LEVELS)}, got {name!r}")
+    return int(getattr(logging, name.upper()))
+
 
 _STD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
@@ -48,6 +59,8 @@ class JsonFormatter(logging.Formatter):
                 out[key] = value if isinstance(value, str | int | float | bool | None) else repr(value)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:  # a traceback formatted elsewhere (a child, a failed task)
+            out["exc"] = record.exc_text
         return json.dumps(out, ensure_ascii=False)
 
 
@@ -67,19 +80,49 @@ class _CurrentStderr:
     """Writes to whatever ``sys.stderr`` is now (the live view swaps in a proxy that prints above it)."""
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        from conveyor_sdk._runtime.output import write_output
+
+        return write_output(text)
 
     def flush(self) -> None:
         sys.stderr.flush()
 
 
-def configure_logging(fmt: str = "text", *, child: str = "supervisor", level: int = logging.INFO) -> None:
-    """Route the root logger to stderr in ``fmt`` ("text" or "json")."""
-    handler: logging.StreamHandler[_CurrentStderr] = logging.StreamHandler(_CurrentStderr())
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+class _Marked(logging.Formatter):
+    """Wraps a formatter: marks where a record starts and its continuation lines (see ``output.py``)."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        from conveyor_sdk._runtime.output import mark_record
+
+        return mark_record(self.inner.format(record))
+
+
+def configure_logging(
+    fmt: str = "text",
+    *,
+    child: str = "supervisor",
+    level: int = logging.INFO,
+    stream: IO[str] | None = None,
+    marked: bool = False,
+) -> None:
+    """Route the root logger to ``stream`` (default: the current stderr) in ``fmt`` ("text" or "json").
+
+    ``marked``: records are framed for the supervisor's forwarder (a child under the live view).
+    Python warnings are logged too (``py.warnings``).
+    """
+    handler: logging.StreamHandler[Any] = logging.StreamHandler(
+        stream if stream is not None else _CurrentStderr()
+    )
+    formatter: logging.Formatter = JsonFormatter() if fmt == "json" else TextFormatter()
+    handler.setFormatter(_Marked(formatter) if marked else formatter)
     handler.addFilter(_Defaults(child))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    logging.captureWarnings(True)

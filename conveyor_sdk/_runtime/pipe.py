@@ -76,6 +76,7 @@ class OutcomeMsg(msgspec.Struct, array_like=True, frozen=True):
     error_msg: str = ""
     result: bytes = b""
     cancelled: bool = False
+    traceback: str = ""  # for the supervisor's log (never sent to the server)
 
 
 class RunJob(msgspec.Struct, tag_field="k", tag="run", array_like=True, frozen=True):
@@ -112,6 +113,7 @@ class ImportFailed(msgspec.Struct, tag_field="k", tag="import-failed", array_lik
     """Child -> supervisor: the app could not be loaded; the child exits next."""
 
     message: str
+    detail: str = ""  # the traceback, limited to the user's frames
 
 
 class JobDone(msgspec.Struct, tag_field="k", tag="done", array_like=True, frozen=True):
@@ -234,7 +236,9 @@ def job_from_msg(msg: RunJob) -> Job:
 
 def outcome_to_msg(outcome: Outcome) -> OutcomeMsg:
     """Frame form of one outcome."""
-    return OutcomeMsg(int(outcome.kind), outcome.error_msg, outcome.result, outcome.cancelled)
+    return OutcomeMsg(
+        int(outcome.kind), outcome.error_msg, outcome.result, outcome.cancelled, outcome.traceback
+    )
 
 
 def outcome_from_msg(msg: OutcomeMsg) -> Outcome:
@@ -243,4 +247,10 @@ def outcome_from_msg(msg: OutcomeMsg) -> Outcome:
         kind = OutcomeKind(msg.kind)
     except ValueError:
         kind = OutcomeKind.RETRY
-    return Outcome(kind=kind, error_msg=msg.error_msg, result=msg.result, cancelled=msg.cancelled)
+    return Outcome(
+        kind=kind,
+        error_msg=msg.error_msg,
+        result=msg.result,
+        cancelled=msg.cancelled,
+        traceback=msg.traceback,
+    )

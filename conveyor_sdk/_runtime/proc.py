@@ -11,6 +11,7 @@ exited AND its pipe has been drained, so a final ``JobDone`` is never lost.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import enum
 import logging
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conveyor_sdk._runtime import pipe
+from conveyor_sdk._runtime.output import ChildOutput, write_output
 from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, Outcome
 from conveyor_sdk.errors import ProtocolError
 
@@ -52,6 +54,9 @@ class ChildArgs:
     env: dict[str, str] | None = None
     cwd: str | None = None
     forward_stderr: bool = False  # pipe children's stderr through the supervisor's sys.stderr (live view)
+    log_level: str = "info"
+    source_root: str = ""  # the app's folder; its .py files are copied as the last good code
+    import_root: str = ""  # a folder put first on the child's sys.path (a last-good-code copy)
 
 
 @dataclass(slots=True)
@@ -105,6 +110,8 @@ class ChildProc:
     recycle_at: int = 0  # tasks_done threshold (with jitter); 0 = never
     purpose: str = "start"  # start | respawn | reload | recycle
     retired: bool = False  # told to stop; its replacement already exists
+    load_error: str = ""  # ImportFailed message, when the child could not load the app
+    load_detail: str = ""  # ... and its traceback (user frames)
     _rfd: int = -1  # parent end: child -> supervisor
     _wfd: int = -1  # parent end: supervisor -> child
     _child_fds: tuple[int, int] = (-1, -1)
@@ -120,6 +127,7 @@ class ChildProc:
     _on_gone: Callable[[ChildProc], None] | None = None
     ready: asyncio.Event | None = None
     gone: asyncio.Event = field(default_factory=asyncio.Event)
+    output_closed: asyncio.Event = field(default_factory=asyncio.Event)  # its output pipe reached EOF
 
     @property
     def pid(self) -> int:
@@ -149,7 +157,12 @@ class ChildProc:
             "--index", self.name,
             "--log-format", self.args.log_format,
             "--parent", str(os.getpid()),
+            "--log-level", self.args.log_level,
         ]  # fmt: skip
+        if self.args.forward_stderr:
+            cmd.append("--forward-output")
+        if self.args.import_root:
+            cmd += ["--code-root", self.args.import_root]
         env = dict(os.environ if self.args.env is None else self.args.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         try:
@@ -158,7 +171,9 @@ class ChildProc:
                 stdin=subprocess.DEVNULL,
                 pass_fds=(to_child_r, from_child_w),
                 process_group=0,
-                stderr=subprocess.PIPE if self.args.forward_stderr else None,
+                # live view: fds 1 and 2 are one pipe the supervisor prints above the table (output.py)
+                stdout=subprocess.PIPE if self.args.forward_stderr else None,
+                stderr=subprocess.STDOUT if self.args.forward_stderr else None,
                 env=env,
                 cwd=self.args.cwd,
             )
@@ -182,6 +197,9 @@ class ChildProc:
         self._reader, _ = await loop.connect_read_pipe(
             lambda: _ChildReader(self), os.fdopen(self._rfd, "rb", 0)
         )
+        if self.popen is not None and self.popen.stdout is not None:
+            out = self.popen.stdout
+            self._stderr, _ = await loop.connect_read_pipe(lambda: _OutputReader(self), out)
         try:
             self._pidfd = os.pidfd_open(self.pid)
             loop.add_reader(self._pidfd, self._on_pidfd)
@@ -252,10 +270,17 @@ class ChildProc:
             self._writer.close()
         if self._reader is not None:
             self._reader.close()
-        if self._stderr is not None:
-            self._stderr.close()
+        # The output pipe closes itself at end of file (after its last line is printed).
         if self._on_gone is not None:
             self._on_gone(self)
+
+    async def output_drained(self, seconds: float) -> None:
+        """Wait (bounded) until the output pipe is read to its end, then close it."""
+        if self._stderr is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.output_closed.wait(), seconds)
+        self._stderr.close()
 
     def deliver(self, message: pipe.PipeMessage) -> None:
         if self._on_message is not None:
@@ -284,9 +309,22 @@ class _ChildReader(asyncio.Protocol):
         self.child.pipe_closed()
 
 
-class _StderrForwarder(asyncio.Protocol):
-    """Copies a child's stderr to the supervisor's current ``sys.stderr``."""
+class _OutputReader(asyncio.Protocol):
+    """Prints a child's output (fds 1 and 2) line by line above the live view (``output.py``)."""
+
+    def __init__(self, child: ChildProc) -> None:
+        self.lines = ChildOutput(f"{child.name}:{child.pid}")
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.child = child
 
     def data_received(self, data: bytes) -> None:
-        sys.stderr.write(data.decode(errors="replace"))
-        sys.stderr.flush()
+        for line in self.lines.feed(self.decoder.decode(data)):
+            write_output(line)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for line in self.lines.feed(self.decoder.decode(b"", final=True)) + self.lines.close():
+            write_output(line)
+        self.child.output_closed.set()

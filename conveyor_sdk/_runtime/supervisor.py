@@ -28,7 +28,7 @@ from conveyor_sdk._runtime.executor import ExecutorOptions, ProcessExecutor, Run
 from conveyor_sdk._runtime.metrics import Metrics, MetricsServer
 from conveyor_sdk._runtime.pools import PoolSpec, plan_pools
 from conveyor_sdk._runtime.proc import ChildArgs
-from conveyor_sdk._runtime.reload import app_directory, watch
+from conveyor_sdk._runtime.reload import app_directory, discard_snapshot, watch
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk.errors import ConveyorError
 
@@ -38,6 +38,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_SERVER",
     "EXIT_SESSION",
+    "MetricsUnavailable",
     "Supervisor",
     "SupervisorConfig",
 ]
@@ -49,6 +50,10 @@ EXIT_CONFIG = 1
 EXIT_CHILDREN = 5  # children cannot load the app / keep dying at start-up
 EXIT_SESSION = 6  # fatal session error (unauthenticated, permission denied, protocol error)
 EXIT_SERVER = 7  # the embedded server did not start
+
+
+class MetricsUnavailable(Exception):
+    """The metrics endpoint cannot listen (``conveyor worker`` exits 1 with this message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +74,7 @@ class SupervisorConfig:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     log_format: str = "text"
+    log_level: str = "info"
     demo: bool = False
     live: bool = False
     kill_grace: float = 2.0
@@ -134,6 +140,8 @@ class Supervisor:
                 beat=cfg.beat,
                 log_format=cfg.log_format,
                 forward_stderr=cfg.live,
+                log_level=cfg.log_level,
+                source_root=str(app_directory(self.module_file)) if self.module_file else "",
             )
             self.executor = ProcessExecutor(args, pools, options, self.metrics)
             self.executor.spawn()
@@ -182,6 +190,7 @@ class Supervisor:
                 if child.popen is not None and child.popen.poll() is None:
                     child.popen.kill()
                     child.popen.wait(5)
+            discard_snapshot(self.executor.good_code)
         if self.embedded is not None:
             self.embedded.stop()
 
@@ -266,7 +275,12 @@ class Supervisor:
             host=self.config.metrics_host,
             port=self.config.metrics_port,
         )
-        port = await server.start()
+        try:
+            port = await server.start()
+        except OSError as exc:  # lost a race for the port after the CLI checked it
+            where = f"{self.config.metrics_host}:{self.config.metrics_port}"
+            why = exc.strerror or exc
+            raise MetricsUnavailable(f"--metrics-port: cannot listen on {where}: {why}") from None
         log.info("metrics listening on http://%s:%d (/metrics, /healthz)", self.config.metrics_host, port)
         return server
 

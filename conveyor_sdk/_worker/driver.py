@@ -36,7 +36,7 @@ from conveyor_sdk._protocol.session import (
 from conveyor_sdk._protocol.types import CancelReason
 from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
-from conveyor_sdk._worker.outcomes import cancelled_outcome
+from conveyor_sdk._worker.outcomes import cancelled_outcome, log_failure
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk.errors import ConveyorError, Internal, ProtocolError
 
@@ -140,7 +140,7 @@ class Driver:
         elif kind == "actions":  # left over by the read-time fast path (see _take_frames)
             await self._execute(event[1])
         elif kind == "done":
-            self._log_failures(event[1], event[2])
+            self._log_failures(event[1], event[2], event[3] if len(event) > 3 else None)
             self.jobs.pop(event[1], None)
             try:
                 actions = self.machine.job_finished(event[1], event[2], now, self._can_start)
@@ -322,6 +322,8 @@ class Driver:
         self.stream_epoch = -1
         if error is not None:
             self.log.warning("session ended: %s", error)
+        elif self.machine.draining:  # our half-close after the drain; the server only answered it
+            self.log.info("session closed: this worker drained and ended it")
         else:
             self.log.info("session ended by the server")
         await self._close_stream(stream, reader)
@@ -363,18 +365,18 @@ class Driver:
         if self.unstarted.pop(job.job_id, None) is not None:
             # Cancelled between Start and this first step (e.g. Dispatch and Cancel in one read):
             # the handler never runs; the machine turns this into the cancel reason's outcome.
-            self.post(("done", job.job_id, [cancelled_outcome() for _ in job.tasks]))
+            self.post(("done", job.job_id, [cancelled_outcome() for _ in job.tasks], job))
             return
         try:
             outcomes = await self._open_and_run(job)
         except asyncio.CancelledError:
             outcomes = [Outcome(OutcomeKind.RELEASED, "worker stopped")] * len(job.tasks)
-            self.post(("done", job.job_id, outcomes))
+            self.post(("done", job.job_id, outcomes, job))
             raise
         except Exception as exc:  # isolation point: an executor failure is the task's outcome
             self.log.exception("executor failed on %s", job.job_id)
             outcomes = [Outcome(OutcomeKind.RETRY, f"executor failed: {exc!r}")] * len(job.tasks)
-        self.post(("done", job.job_id, outcomes))
+        self.post(("done", job.job_id, outcomes, job))
 
     async def _open_and_run(self, job: Job) -> list[Outcome]:
         """Decrypt sealed members first (see :mod:`conveyor_sdk.encryption`); only opened ones run."""
@@ -395,11 +397,12 @@ class Driver:
         by_id = dict(zip((t.id for t in opened), ran, strict=True)) | fixed
         return [by_id[t.id] for t in job.tasks]
 
-    def _log_failures(self, job_id: str, outcomes: list[Outcome]) -> None:
-        for outcome in outcomes:
+    def _log_failures(self, job_id: str, outcomes: list[Outcome], job: Job | None) -> None:
+        tasks = job.tasks if job is not None and len(job.tasks) == len(outcomes) else ()
+        for i, outcome in enumerate(outcomes):
             if outcome.kind in (OutcomeKind.RETRY, OutcomeKind.SKIP_RETRY) and not outcome.cancelled:
                 self.counters["handler_failures"] += 1
-                self.log.warning("task %s failed (%s): %s", job_id, outcome.kind.name, outcome.error_msg)
+                log_failure(self.log, tasks[i] if tasks else None, job_id, outcome)
 
     def _progress_from_any_thread(self, task_id: str, percent: int, message: str) -> None:
         event = ("progress", task_id, percent, message)

@@ -89,6 +89,8 @@ class Outcome:
     error_msg: str = ""
     result: bytes = b""
     cancelled: bool = False  # the handler stopped because the job was cancelled
+    # The formatted traceback of a raised exception (for logs only; never sent to the server).
+    traceback: str = field(default="", compare=False, repr=False)
 
 
 @dataclass(slots=True)

@@ -6,7 +6,11 @@ One set of pure functions shared by every executor (in-loop, threads, child proc
   bytes; ``None`` gives empty bytes; a ``str`` is UTF-8 encoded; anything else is
   ``repr()``-ed into bytes (typed apps should return bytes or use their codec).
 * :class:`SkipRetry` raised -> ``SKIP_RETRY`` with its message.
-* any other exception -> ``RETRY`` with ``"<ExceptionType>: <message>"``.
+* any other exception -> ``RETRY`` with ``"<ExceptionType>: <message> (at <file>:<line> in <function>)"``
+  (the innermost frame; the file relative to the current directory when inside it), at most
+  :data:`MAX_ERROR_MSG` characters (the message is cut, the location kept). The outcome's
+  ``traceback`` carries the formatted traceback (at most :data:`MAX_TRACEBACK` characters,
+  without the SDK's own frames) for the worker's log; it never goes on the wire.
 * ``BaseException`` subclasses (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``)
   -> ``RETRY`` as well; a task always gets a Result.
 * a handler interrupted by cancellation -> ``Outcome(RETRY, cancelled=True)``; the
@@ -22,6 +26,9 @@ raised), or a plain return value (mapped like a single handler's return).
 
 from __future__ import annotations
 
+import logging
+import os
+import traceback as _tb
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +39,8 @@ __all__ = [
     "SkipRetry",
     "TaskCancelled",
     "cancelled_outcome",
+    "format_traceback",
+    "log_failure",
     "outcome_for_batch_return",
     "outcome_for_exception",
     "outcome_for_return",
@@ -39,6 +48,8 @@ __all__ = [
 ]
 
 MAX_ERROR_MSG = 4096
+MAX_TRACEBACK = 16384
+_SDK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../conveyor_sdk
 
 
 class SkipRetry(Exception):
@@ -61,10 +72,59 @@ def _truncate(text: str) -> str:
     return text if len(text) <= MAX_ERROR_MSG else text[: MAX_ERROR_MSG - 3] + "..."
 
 
+def _short_path(filename: str) -> str:
+    """``shop/tasks.py`` inside the current directory, ``pkg/mod.py`` inside site-packages, else as is."""
+    path = os.path.abspath(filename)
+    cwd = os.getcwd()
+    if path.startswith(cwd + os.sep):
+        return os.path.relpath(path, cwd)
+    marker = os.sep + "site-packages" + os.sep
+    return path.split(marker, 1)[1] if marker in path else filename
+
+
+def _location(exc: BaseException) -> str:
+    """``file:line in function`` of the innermost frame of ``exc``'s traceback ("" without one)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return f"{_short_path(code.co_filename)}:{tb.tb_lineno} in {code.co_name}"
+
+
 def _describe(exc: BaseException) -> str:
-    message = str(exc)
+    """``Type: message (at file:line in fn)``, bounded: the message is cut, the type and location kept."""
     name = type(exc).__name__
-    return _truncate(f"{name}: {message}" if message else name)
+    where = _location(exc)
+    suffix = f" (at {where})" if where else ""
+    message = str(exc)
+    if not message:
+        return _truncate(name + suffix)
+    room = MAX_ERROR_MSG - len(name) - 2 - len(suffix)
+    if room < 16:
+        return _truncate(f"{name}: {message}{suffix}")
+    if len(message) > room:
+        message = message[: room - 3] + "..."
+    return f"{name}: {message}{suffix}"
+
+
+def _sdk_frame(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_SDK_DIR + os.sep)
+
+
+def format_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` without the SDK's own leading frames, at most :data:`MAX_TRACEBACK` chars."""
+    te = _tb.TracebackException.from_exception(exc)
+    frames = list(te.stack)
+    while frames and _sdk_frame(frames[0].filename):
+        frames.pop(0)  # invoke/executor frames before the handler's own
+    te.stack = _tb.StackSummary.from_list(frames)
+    text = "".join(te.format())
+    if len(text) > MAX_TRACEBACK:
+        half = MAX_TRACEBACK // 2
+        text = text[:half] + "\n  ... (traceback cut) ...\n" + text[-half:]
+    return text
 
 
 def outcome_for_return(value: Any) -> Outcome:
@@ -88,7 +148,8 @@ def outcome_for_exception(exc: BaseException) -> Outcome:
         return Outcome(OutcomeKind.SKIP_RETRY, error_msg=_truncate(exc.message or _describe(exc)))
     if isinstance(exc, TaskCancelled):
         return cancelled_outcome()
-    return Outcome(OutcomeKind.RETRY, error_msg=_describe(exc))
+    detail = format_traceback(exc) if exc.__traceback__ is not None else ""
+    return Outcome(OutcomeKind.RETRY, error_msg=_describe(exc), traceback=detail)
 
 
 def cancelled_outcome() -> Outcome:
@@ -133,3 +194,38 @@ def outcome_for_batch_return(value: Any, tasks: Sequence[TaskData]) -> list[Outc
         return [_entry_outcome(entry) for entry in value]
     msg = f"batch handler returned {type(value).__name__}; expected None, a sequence or a mapping"
     return [Outcome(OutcomeKind.RETRY, error_msg=msg) for _ in tasks]
+
+
+def failure_fate(task: TaskData | None, outcome: Outcome) -> str:
+    """What the server does next: ``retry 2/5``, ``archived after 6 attempts``, ``not retried (archived)``.
+
+    The envelope's ``max_retry`` is the effective budget and the server archives a
+    RETRY once ``retried >= max_retry`` (protocol section 4), so the worker can say it.
+    """
+    if outcome.kind is OutcomeKind.SKIP_RETRY:
+        return "not retried (archived)"
+    if task is None:
+        return "retry"
+    if task.retried >= task.max_retry:
+        return f"archived after {task.retried + 1} attempts"
+    return f"retry {task.retried + 1}/{task.max_retry}"
+
+
+def log_failure(log: logging.Logger, task: TaskData | None, job_id: str, outcome: Outcome) -> None:
+    """One record per failed task: id, type, fate and message; the traceback below it.
+
+    An archived task is logged as an error, one that will be retried as a warning.
+    """
+    fate = failure_fate(task, outcome)
+    task_id = task.id if task is not None else job_id
+    type_ = f" ({task.type})" if task is not None else ""
+    level = logging.WARNING if fate.startswith("retry") else logging.ERROR
+    if not log.isEnabledFor(level):
+        return
+    record = log.makeRecord(
+        log.name, level, __file__, 0, "task %s%s failed, %s: %s", (task_id, type_, fate, outcome.error_msg),
+        None, extra={"task_id": task_id},
+    )  # fmt: skip
+    if outcome.traceback:
+        record.exc_text = outcome.traceback.rstrip("\n")
+    log.handle(record)

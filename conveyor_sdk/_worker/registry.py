@@ -1,7 +1,9 @@
 """Handler registry and middleware hooks.
 
 A :class:`Registry` maps task types to :class:`HandlerSpec` records. Handlers are sync
-or async callables ``fn(task, ctx)`` (singles) or ``fn(tasks, ctx)`` (batches); ``task``
+or async callables ``fn(task, ctx)`` (singles) or ``fn(tasks, ctx)`` (batches), checked
+at registration (a handler that cannot take two positional arguments is a TypeError
+naming it and the expected shape); ``task``
 is the decoded payload when the spec has a ``decode`` function, else the
 :class:`~conveyor_sdk._worker.executor.TaskData` itself.
 
@@ -28,7 +30,7 @@ from conveyor_sdk._worker.executor import TaskData
 if TYPE_CHECKING:
     from conveyor_sdk._worker.context import TaskContext
 
-__all__ = ["HandlerSpec", "Middleware", "Registry"]
+__all__ = ["HandlerSpec", "Middleware", "Registry", "check_handler_signature"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -73,6 +75,29 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
 
 
+def check_handler_signature(fn: Callable[..., Any], type_: str, *, batch: bool) -> None:
+    """TypeError unless ``fn`` can be called as ``fn(task, ctx)`` (what every executor does).
+
+    Checked at registration, so a wrong signature fails when the module is imported
+    instead of burning a task's retries at run time. Callables whose signature cannot
+    be introspected (some builtins) are accepted as they are.
+    """
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(None, None)
+    except TypeError as exc:
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        shape = "(payloads: list[T], ctx)" if batch else "(payload, ctx)"
+        raise TypeError(
+            f"handler {name}{sig} for task type {type_!r} cannot be called as {name}{shape}: {exc}. "
+            f"Expected `def {name}{shape}` or `async def {name}{shape}`"
+            + (" (a batch handler gets the list of payloads)" if batch else "")
+        ) from None
+
+
 class Registry:
     """Task type -> handler map plus the middleware stack."""
 
@@ -87,6 +112,7 @@ class Registry:
             raise ValueError("a handler needs a non-empty task type")
         if spec.type in self._specs:
             raise ValueError(f"a handler for task type {spec.type!r} is already registered")
+        check_handler_signature(spec.fn, spec.type, batch=spec.batch)
         self._specs[spec.type] = spec
         return spec
 

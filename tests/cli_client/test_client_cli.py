@@ -65,7 +65,7 @@ def test_enqueue_payload_from_file_and_table_output(url: str, tmp_path: Path) ->
     ("args", "message"),
     [
         (("enqueue", "t", "--json", "{bad"), "--json is not valid JSON"),
-        (("enqueue", "t", "--priority", "12"), "priority must be in 0..9"),
+        (("enqueue", "t", "--priority", "12"), "--priority must be between 1 and 9, got 12"),
         (("enqueue", "t", "--process-at", "2030-01-01T00:00:00"), "has no timezone"),
         (("enqueue", "t", "--process-in", "soon"), "invalid duration"),
         (("enqueue", "t", "--meta", "novalue"), "use key=value"),

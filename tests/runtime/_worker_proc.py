@@ -19,7 +19,8 @@ class WorkerProc:
     def __init__(self, folder: Path, args: Sequence[str], env: dict[str, str] | None = None) -> None:
         self.folder = folder
         self.args = list(args)
-        self.env = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1")
+        # CONVEYOR_EMBEDDED_PORT=0: an embedded server never takes the fixed 8080 in tests (unless asked to)
+        self.env = {**os.environ, "CONVEYOR_EMBEDDED_PORT": "0", **(env or {}), "PYTHONUNBUFFERED": "1"}
         self.env.pop("CONVEYOR_ADDR", None)
         self.lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -42,15 +44,28 @@ def _app(tmp_path: Path, source: str = APP) -> Path:
     ("args", "code", "message"),
     [
         (["nosuchmodule:app"], 3, "cannot import app module 'nosuchmodule'"),
-        (["broken:app"], 3, "ZeroDivisionError"),
         (["rtapp:nope"], 4, "has no attribute 'nope'"),
         (["rtapp:VALUE"], 4, "not an App or Registry"),
         (["twoapps"], 4, "several apps"),
         (["rtapp:app", "-q", "bad name=1"], 1, "invalid queue name"),
         (["rtapp:app", "-q", "jobs=0"], 1, "weight must be > 0"),
-        (["rtapp:app", "--concurrency", "0"], 1, "--concurrency must be > 0"),
+        (["rtapp:app", "--concurrency", "0"], 1, "--concurrency must be between 1 and 100000, got 0"),
         (["rtapp:app", "--pool", "x:jobs"], 1, "expected NAME:QUEUES:N"),
         (["rtapp:app", "--log-format", "xml"], 1, "text or json"),
+        (["rtapp:app", "--log-level", "loud"], 1, "--log-level must be one of debug, info, warning, error"),
+        (
+            ["rtapp:app", "--metrics-port", "99999"],
+            1,
+            "--metrics-port must be between 0 and 65535, got 99999",
+        ),
+        (["rtapp:app", "--metrics-port", "-1"], 1, "--metrics-port must be between 0 and 65535"),
+        (["rtapp:app", "--processes", "-1"], 1, "--processes must be between 0 and 1024, got -1"),
+        (["rtapp:app", "--processes", "5000"], 1, "--processes must be between 0 and 1024"),
+        (["rtapp:app", "--concurrency", "1000001"], 1, "--concurrency must be between 1 and 100000"),
+        (["rtapp:app", "--max-tasks-per-child", "-1"], 1, "--max-tasks-per-child must be >= 0"),
+        (["rtapp:app", "--max-memory-per-child", "-5"], 1, "--max-memory-per-child must be >= 0"),
+        (["rtapp:app", "--processes", "many"], 2, "error: Invalid value for '--processes'"),
+        (["rtapp:app", "--bogus"], 2, "error: No such option: --bogus"),
     ],
 )
 def test_user_mistakes_exit_with_documented_codes(
@@ -67,6 +82,44 @@ def test_user_mistakes_exit_with_documented_codes(
     assert message in proc.output
     assert "Traceback" not in proc.output
     assert "connecting" not in proc.output
+    assert [line for line in proc.output.splitlines() if line.strip()] == [
+        next(line for line in proc.output.splitlines() if line.startswith("error: "))
+    ]  # one line, in the one style every command uses
+
+
+def test_metrics_port_in_use_is_one_error_line(tmp_path: Path, worker_factory: Factory) -> None:
+    """A --metrics-port in use by another socket: one `error:` line (EADDRINUSE), exit 1, nothing started."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = worker_factory(
+            _app(tmp_path), "rtapp:app", "--server", "http://127.0.0.1:9", "--metrics-port", str(port)
+        )
+        assert proc.wait(60) == 1
+    assert (
+        proc.output.strip()
+        == f"error: --metrics-port {port}: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
+    assert "child processes" not in proc.output
+
+
+def test_import_error_shows_the_user_frames_then_exits_3(tmp_path: Path, worker_factory: Factory) -> None:
+    """An app raising KeyError at import: its traceback (user frames only), then `error: ...`, exit 3."""
+    (tmp_path / "settings.py").write_text(
+        "import os\n\n\ndef database_url():\n    return os.environ['DATABASE_URL']\n"
+    )
+    (tmp_path / "shop.py").write_text("import settings\n\nURL = settings.database_url()\n")
+    assert "DATABASE_URL" not in os.environ
+    proc = worker_factory(tmp_path, "shop:app", "--server", "http://127.0.0.1:9")
+    assert proc.wait(60) == 3
+    out = proc.output
+    assert "Traceback (most recent call last):" in out
+    assert 'shop.py", line 3, in <module>' in out and 'settings.py", line 5, in database_url' in out
+    assert "importlib" not in out and "conveyor_sdk" not in out
+    assert (
+        out.rstrip().splitlines()[-1] == "error: importing app module 'shop' failed: KeyError: 'DATABASE_URL'"
+    )
 
 
 def test_embedded_server_demo_runs_tasks_and_exits_cleanly(tmp_path: Path, worker_factory: Factory) -> None:

@@ -8,6 +8,7 @@ import logging
 import os
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from conveyor_sdk._runtime.live import render
@@ -134,3 +135,92 @@ def test_live_view_renders_without_children() -> None:
     assert "tasks/s" in text and "in flight per queue" in text and "(in-process)" in text
     assert "in-process" in repr(sup)
     assert sup.statistics()["failures"] == 0
+
+
+def test_log_stream_turns_lines_into_records_per_thread(caplog: pytest.LogCaptureFixture) -> None:
+    """LogStream: one record per complete line, partial lines kept per thread, long lines cut, bytes pass."""
+    import io
+    import threading
+
+    from conveyor_sdk._runtime.output import MAX_LINE, LogStream
+
+    fallback = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    stream = LogStream(logging.getLogger("conveyor.stdout"), logging.INFO, fallback)
+    caplog.set_level(logging.INFO, logger="conveyor.stdout")
+    stream.write("hello ")
+    other = threading.Thread(target=lambda: stream.write("from a thread\n"))
+    other.start()
+    other.join()
+    stream.write("world\nsecond\r\nunfinished")
+    assert [r.getMessage() for r in caplog.records] == ["from a thread", "hello world", "second"]
+    stream.close_line()
+    assert caplog.records[-1].getMessage() == "unfinished"
+    stream.write("x" * (MAX_LINE + 1))
+    assert caplog.records[-1].getMessage() == "x" * (MAX_LINE + 1)
+    assert stream.buffer is fallback.buffer and not stream.isatty()
+
+
+def test_child_output_frames_records_and_tags_raw_lines() -> None:
+    """ChildOutput: framed record lines pass as they are, raw lines get the child tag, nothing is lost."""
+    from conveyor_sdk._runtime.output import ChildOutput, mark_record
+
+    out = ChildOutput("default-0:42")
+    record = mark_record(
+        "12:00 WARNING [default-0:42 T1] shop: boom\nTraceback (most recent call last):\n  x"
+    )
+    lines = out.feed(record[:10]) + out.feed(record[10:] + "\nraw bytes\npartial")
+    assert lines == [
+        "12:00 WARNING [default-0:42 T1] shop: boom\n",
+        "Traceback (most recent call last):\n",
+        "  x\n",
+        "[default-0:42] raw bytes\n",
+    ]
+    assert out.close() == ["[default-0:42] partial\n"] and out.close() == []
+
+
+def test_take_snapshot_copies_python_files_within_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """take_snapshot: .py files (not venvs or data) are copied with their layout; over the limit: None."""
+    from conveyor_sdk._runtime import reload
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "mod.py").write_text("VERSION = 1\n")
+    (tmp_path / "data.json").write_text("{}")
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "site.py").write_text("")
+    copy = reload.take_snapshot(tmp_path)
+    assert copy is not None
+    try:
+        found = sorted(str(p.relative_to(copy)) for p in Path(copy).rglob("*") if p.is_file())
+        assert found == ["pkg/__init__.py", "pkg/mod.py"]
+        assert (Path(copy) / "pkg" / "mod.py").read_text() == "VERSION = 1\n"
+    finally:
+        reload.discard_snapshot(copy)
+    assert not Path(copy).exists()
+    monkeypatch.setattr(reload, "SNAPSHOT_MAX_FILES", 1)
+    assert reload.take_snapshot(tmp_path) is None
+
+
+def test_take_snapshot_removes_copies_left_by_dead_workers(tmp_path: Path) -> None:
+    """A copy named after a pid that no longer runs (a SIGKILLed worker) is removed by the next snapshot."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from conveyor_sdk._runtime import reload
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], check=True, capture_output=True, text=True
+    )
+    orphan = Path(tempfile.mkdtemp(prefix=f"conveyor-code-{int(dead.stdout)}-"))
+    mine = Path(tempfile.mkdtemp(prefix=f"conveyor-code-{os.getpid()}-"))
+    (tmp_path / "m.py").write_text("")
+    copy = reload.take_snapshot(tmp_path)
+    try:
+        assert not orphan.exists() and mine.exists()
+    finally:
+        reload.discard_snapshot(copy)
+        reload.discard_snapshot(str(mine))
+        reload.discard_snapshot(str(orphan))

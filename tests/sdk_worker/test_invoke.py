@@ -92,9 +92,15 @@ def test_exceptions_map_to_retry_and_skip_retry() -> None:
         reg.register(HandlerSpec(type=name, fn=fn))
     out = {n: invoke(reg, _job(_task(type_=n)))[0] for n in errors}
     assert out["skip"] == Outcome(OutcomeKind.SKIP_RETRY, error_msg="bad input")
-    assert out["boom"] == Outcome(OutcomeKind.RETRY, error_msg="ValueError: nope")
-    assert out["exit"] == Outcome(OutcomeKind.RETRY, error_msg="SystemExit: 3")
-    assert out["kbd"] == Outcome(OutcomeKind.RETRY, error_msg="KeyboardInterrupt")
+    line = fn.__code__.co_firstlineno + 1  # the innermost frame: the handler's raise
+    where = f"(at tests/sdk_worker/test_invoke.py:{line} in fn)"
+    assert out["boom"] == Outcome(OutcomeKind.RETRY, error_msg=f"ValueError: nope {where}")
+    assert out["exit"] == Outcome(OutcomeKind.RETRY, error_msg=f"SystemExit: 3 {where}")
+    assert out["kbd"] == Outcome(OutcomeKind.RETRY, error_msg=f"KeyboardInterrupt {where}")
+    assert out["boom"].traceback.startswith("Traceback (most recent call last):")
+    assert f'test_invoke.py", line {line}, in fn' in out["boom"].traceback
+    assert "conveyor_sdk" not in out["boom"].traceback  # the SDK's own frames are left out
+    assert out["skip"].traceback == ""
 
 
 def test_unknown_type_and_decode_failure() -> None:
@@ -151,7 +157,9 @@ def test_batch_return_shapes() -> None:
     shape["v"] = {"m2": ValueError("v")}
     assert invoke(reg, job) == [ok, Outcome(OutcomeKind.RETRY, "ValueError: v")]
     shape["v"] = RuntimeError("all")
-    assert invoke(reg, job) == [Outcome(OutcomeKind.RETRY, "RuntimeError: all")] * 2
+    line = b.__code__.co_firstlineno + 4  # (the first line is the decorator)
+    raised = Outcome(OutcomeKind.RETRY, f"RuntimeError: all (at tests/sdk_worker/test_invoke.py:{line} in b)")
+    assert invoke(reg, job) == [raised] * 2
     shape["v"] = [None]
     assert all(o.kind is OutcomeKind.RETRY for o in invoke(reg, job))
 
@@ -182,7 +190,10 @@ def test_middleware_hooks_order_and_context() -> None:
             raise RuntimeError("mw")
 
     reg.middleware(Broken())
-    assert invoke(reg, _job(_task()))[0] == Outcome(OutcomeKind.RETRY, "RuntimeError: mw")
+    line = Broken.before_task.__code__.co_firstlineno + 1
+    assert invoke(reg, _job(_task()))[0] == Outcome(
+        OutcomeKind.RETRY, f"RuntimeError: mw (at tests/sdk_worker/test_invoke.py:{line} in before_task)"
+    )
 
 
 def test_async_handler_cancelled_by_signal() -> None:

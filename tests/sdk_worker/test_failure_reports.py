@@ -1,0 +1,86 @@
+"""A failed task is debuggable: the log has the traceback and the fate (retry n/max or archived),
+and the server's last_error names the exception type, message and innermost file:line, bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from conveyor_sdk._worker.outcomes import MAX_ERROR_MSG
+from conveyor_sdk.client import Client
+from conveyor_sdk.types import RetryPolicy, TaskState
+from conveyor_sdk.worker import Registry, SkipRetry, TaskContext, TaskData, Worker
+from tests.sdk_worker._helpers import KEEP, running, wait_state
+
+FAST = RetryPolicy(base=0.05, max=0.1)
+
+
+def _lookup(table: dict[str, int]) -> int:
+    return table["missing"]
+
+
+def test_failures_log_traceback_and_fate_and_report_the_location(
+    server_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """KeyError, max_retry 2: `retry 1/2`, `retry 2/2`, `archived after 3 attempts`, each with a traceback."""
+    reg = Registry()
+
+    @reg.handler("lookup")
+    def lookup(task: TaskData, ctx: TaskContext) -> None:
+        _lookup({})
+
+    @reg.handler("skip")
+    def skip(task: TaskData, ctx: TaskContext) -> None:
+        raise SkipRetry("bad input")
+
+    async def main() -> None:
+        async with Client(server_url) as client, running(Worker(server_url), reg):
+            info = await client.enqueue("lookup", b"", max_retry=2, retry_policy=FAST, **KEEP)
+            skipped = await client.enqueue("skip", b"", **KEEP)
+            done = await wait_state(client, info.id, TaskState.ARCHIVED)
+            await wait_state(client, skipped.id, TaskState.ARCHIVED)
+            return done.last_error, info.id, skipped.id
+
+    caplog.set_level(logging.INFO, logger="conveyor")
+    last_error, task_id, skip_id = asyncio.run(main())
+    line = _lookup.__code__.co_firstlineno + 1
+    assert (
+        f"KeyError: 'missing' (at tests/sdk_worker/test_failure_reports.py:{line} in _lookup)" in last_error
+    )
+    failures = [r for r in caplog.records if r.getMessage().startswith(f"task {task_id} ")]
+    fates = [r.getMessage().split(" failed, ", 1)[1].split(":", 1)[0] for r in failures]
+    assert fates == ["retry 1/2", "retry 2/2", "archived after 3 attempts"]
+    assert [r.levelname for r in failures] == ["WARNING", "WARNING", "ERROR"]
+    for record in failures:
+        assert getattr(record, "task_id", "") == task_id
+        assert record.exc_text is not None and record.exc_text.startswith(
+            "Traceback (most recent call last):"
+        )
+        assert f"line {line}, in _lookup" in record.exc_text and "in lookup" in record.exc_text
+        assert "(lookup)" in record.getMessage()
+    [skipped] = [r for r in caplog.records if r.getMessage().startswith(f"task {skip_id} ")]
+    assert "failed, not retried (archived): bad input" in skipped.getMessage()
+    assert "(RETRY)" not in caplog.text
+
+
+def test_last_error_is_bounded_and_keeps_the_location(server_url: str) -> None:
+    """A 100 kB exception message is cut: last_error stays within the bound and still ends with file:line."""
+    reg = Registry()
+
+    @reg.handler("huge")
+    async def huge(task: TaskData, ctx: TaskContext) -> None:
+        raise ValueError("x" * 100_000)
+
+    async def main() -> str:
+        async with Client(server_url) as client, running(Worker(server_url), reg):
+            info = await client.enqueue("huge", b"", max_retry=1, retry_policy=FAST, **KEEP)
+            done = await wait_state(client, info.id, TaskState.ARCHIVED, check=lambda i: bool(i.last_error))
+            return done.last_error
+
+    last_error = asyncio.run(main())
+    assert last_error.startswith(("ValueError: xxx", "retries exhausted: ValueError: xxx"))
+    assert len(last_error) <= MAX_ERROR_MSG + len("retries exhausted: ")
+    line = huge.__code__.co_firstlineno + 2
+    assert last_error.endswith(f"xxx... (at tests/sdk_worker/test_failure_reports.py:{line} in huge)")
