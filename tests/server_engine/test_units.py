@@ -106,8 +106,17 @@ def test_cron_next_fire_times() -> None:
 
 @pytest.mark.parametrize(
     "spec",
-    ["* * * * *", "61 * * * * *", "0 0 25 * * *", "x * * * * *", "*/0 * * * * *", "", "@every inf",
-     "@every 400000000000s", "@every 0s"],  # fmt: skip
+    [
+        "* * * * *",
+        "61 * * * * *",
+        "0 0 25 * * *",
+        "x * * * * *",
+        "*/0 * * * * *",
+        "",
+        "@every inf",
+        "@every 400000000000s",
+        "@every 0s",
+    ],
 )
 def test_cron_rejects_bad_specs(spec: str) -> None:
     """Five-field, out-of-range and malformed specs are rejected."""
