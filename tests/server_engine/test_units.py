@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from conveyor_server_min._engine.backoff import backoff_delay
-from conveyor_server_min._engine.clock import NANOS, FakeClock
+from conveyor_server_min._engine.clock import MAX_INSTANT, NANOS, FakeClock
 from conveyor_server_min._engine.cronspec import parse_cron
 from conveyor_server_min._engine.limits import TokenBucket
 from conveyor_server_min._engine.sessions import swrr_pick
@@ -85,6 +85,9 @@ def test_token_bucket_refills_at_rate_up_to_burst() -> None:
     assert bucket.available(NANOS // 4)
     bucket.refill(100 * NANOS)
     assert bucket.tokens == 2
+    slow = TokenBucket(rate=1e-300, burst=1)
+    slow.take(0)
+    assert slow.next_token_at() == MAX_INSTANT  # not an OverflowError in the middle of a dispatch
 
 
 def _utc(ts: int | None) -> dt.datetime:
