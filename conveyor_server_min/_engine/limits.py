@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from conveyor_server_min._engine.clock import NANOS
+from conveyor_server_min._engine.clock import MAX_INSTANT, NANOS, clamp
 
 __all__ = ["GroupConfig", "TokenBucket"]
 
@@ -41,7 +41,8 @@ class TokenBucket:
     def next_token_at(self) -> int:
         """When the bucket next holds a whole token (call after ``refill``), rounded up to the nanosecond."""
         missing = max(0.0, 1.0 - self.tokens)
-        return self.last + math.ceil(missing * NANOS / self.rate)
+        wait = missing * NANOS / self.rate  # a tiny rate gives a huge (even infinite) float
+        return clamp(self.last + math.ceil(min(wait, float(MAX_INSTANT))))
 
 
 @dataclass(frozen=True, slots=True)

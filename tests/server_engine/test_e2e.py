@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import httpx
 import pytest
 from connectrpc.errors import ConnectError
 
@@ -186,3 +187,18 @@ def test_times_and_hostile_options_over_the_wire(tasks: TaskServiceClientSync, u
         await stream.aclose()
 
     asyncio.run(main())
+
+
+def test_json_timestamps_round_trip_exactly(url: str) -> None:
+    """Connect JSON: an RFC 3339 process_at with nine fractional digits comes back digit for digit."""
+    at = "2100-01-01T00:00:11.861470001Z"
+    with httpx.Client(base_url=url, timeout=10) as http:
+        sent = http.post(
+            "/conveyor.v1.TaskService/Enqueue",
+            json={"type": "t", "queue": "json-times", "processAt": at},
+        )
+        assert sent.status_code == 200, sent.text
+        assert sent.json()["task"]["processAt"] == at
+        task_id = sent.json()["task"]["id"]
+        got = http.post("/conveyor.v1.TaskService/GetTask", json={"id": task_id})
+        assert got.json()["task"]["processAt"] == at

@@ -185,3 +185,48 @@ def test_an_unencodable_task_is_archived_and_harms_no_other_task() -> None:
         await w.close()
 
     asyncio.run(main())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    TIME,
+    TIME,
+    st.one_of(st.sampled_from([1e-300, 1e-9, 1.0, 1e300]), st.floats(min_value=1e-300, max_value=1e300)),
+    st.sampled_from(["process_at", "process_in"]),
+    st.sampled_from(["deadline", "expires_at", "timeout", "retention"]),
+)
+def test_fuzzed_admin_time_options_never_answer_internal(
+    a: dict[str, int], b: dict[str, int], rate: float, when: str, option: str
+) -> None:
+    """RescheduleTask, SetGroupConfig, SetQueueRateLimit and UpsertCron with extreme times and rates
+    answer OK or a typed non-internal error; dispatch, cron ticks and maintenance keep working."""
+
+    async def main() -> None:
+        services, clock = make()
+        info = (await call(services, "Enqueue", pb.EnqueueRequest(type="t", group="g"))).task
+        plain = (await call(services, "Enqueue", pb.EnqueueRequest(type="t", process_in={"seconds": 5}))).task
+        await _never_internal(services, "RescheduleTask", pb.RescheduleTaskRequest(id=plain.id, **{when: a}))
+        group = pb.SetGroupConfigRequest(queue="default", group="g", max_size=2, max_delay=a, grace_period=b)
+        await _never_internal(services, "SetGroupConfig", group)
+        limit = pb.SetQueueRateLimitRequest(queue="default", rate_per_sec=rate, burst=1)
+        await _never_internal(services, "SetQueueRateLimit", limit)
+        entry = pb.CronEntry(id="c", spec="@every 1s", task_type="t", options=tpb.TaskOptions(**{option: a}))
+        await _never_internal(services, "UpsertCron", pb.UpsertCronRequest(entry=entry))
+        w = Worker(services)
+        await w.open(batch_types=["t"], concurrency=2)
+        for step in (0.0, 2.0, 1e6):
+            clock.advance(step)
+            services.admin.cron.tick()
+            services.engine.promote()
+            services.engine.reap()
+            services.engine.sweep_groups()
+            services.engine.wake_due()
+            await w.settle()
+        assert not w.task.done(), "the session ended"  # type: ignore[union-attr]
+        await call(services, "ListTasks", pb.ListTasksRequest(limit=1000))
+        await call(services, "ListGroupConfigs", pb.ListGroupConfigsRequest())
+        await call(services, "ListCron", pb.ListCronRequest())
+        assert (await get(services, info.id)).id == info.id
+        await w.close()
+
+    asyncio.run(main())

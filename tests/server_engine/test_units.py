@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from conveyor_server_min._engine.backoff import backoff_delay
-from conveyor_server_min._engine.clock import NANOS, FakeClock
+from conveyor_server_min._engine.clock import MAX_INSTANT, NANOS, FakeClock
 from conveyor_server_min._engine.cronspec import parse_cron
 from conveyor_server_min._engine.limits import TokenBucket
 from conveyor_server_min._engine.sessions import swrr_pick
@@ -85,6 +85,9 @@ def test_token_bucket_refills_at_rate_up_to_burst() -> None:
     assert bucket.available(NANOS // 4)
     bucket.refill(100 * NANOS)
     assert bucket.tokens == 2
+    slow = TokenBucket(rate=1e-300, burst=1)
+    slow.take(0)
+    assert slow.next_token_at() == MAX_INSTANT  # not an OverflowError in the middle of a dispatch
 
 
 def _utc(ts: int | None) -> dt.datetime:
@@ -105,7 +108,18 @@ def test_cron_next_fire_times() -> None:
 
 
 @pytest.mark.parametrize(
-    "spec", ["* * * * *", "61 * * * * *", "0 0 25 * * *", "x * * * * *", "*/0 * * * * *", ""]
+    "spec",
+    [
+        "* * * * *",
+        "61 * * * * *",
+        "0 0 25 * * *",
+        "x * * * * *",
+        "*/0 * * * * *",
+        "",
+        "@every inf",
+        "@every 400000000000s",
+        "@every 0s",
+    ],
 )
 def test_cron_rejects_bad_specs(spec: str) -> None:
     """Five-field, out-of-range and malformed specs are rejected."""
