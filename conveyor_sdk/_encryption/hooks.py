@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,7 +24,7 @@ from conveyor_sdk._encryption.core import (
     NoEncryptionKeys,
 )
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
-from conveyor_sdk._worker.executor import TaskData
+from conveyor_sdk._worker.executor import Job, Outcome, OutcomeKind, TaskData
 
 __all__ = [
     "Encryptor",
@@ -32,6 +32,7 @@ __all__ = [
     "check_reserved",
     "open_task",
     "prepare_seal",
+    "run_opened",
     "seal_request",
     "seal_request_sync",
 ]
@@ -186,3 +187,31 @@ async def open_task(task: TaskData, encryptor: Encryptor | None) -> TaskData:
     except Exception as exc:
         raise _open_failed(task, exc) from None
     return _opened(task, plaintext)
+
+
+async def run_opened(
+    job: Job,
+    run: Callable[[Job], Awaitable[list[Outcome]]],
+    encryptor_for: Callable[[], Encryptor | None],
+) -> list[Outcome]:
+    """Run ``job`` with its sealed members opened first; members that cannot be opened fail alone.
+
+    A plaintext job is handed to ``run`` unchanged (no copy). A member that cannot be opened
+    gets RETRY or SKIP_RETRY by :attr:`DecryptionError.retryable` and never reaches a handler.
+    """
+    if not any(t.metadata.get(MARKER_KEY) for t in job.tasks):
+        return await run(job)
+    encryptor = encryptor_for()
+    fixed: dict[str, Outcome] = {}
+    opened = []
+    for task in job.tasks:
+        try:
+            opened.append(await open_task(task, encryptor))
+        except DecryptionError as exc:
+            kind = OutcomeKind.RETRY if exc.retryable else OutcomeKind.SKIP_RETRY
+            fixed[task.id] = Outcome(kind, error_msg=exc.message)
+    if not opened:
+        return [fixed[t.id] for t in job.tasks]
+    ran = await run(replace(job, tasks=tuple(opened)))
+    by_id = dict(zip((t.id for t in opened), ran, strict=True)) | fixed
+    return [by_id[t.id] for t in job.tasks]

@@ -14,11 +14,9 @@ import asyncio
 import threading
 import time
 from collections import deque
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from conveyor_sdk._encryption.core import MARKER_KEY, DecryptionError
-from conveyor_sdk._encryption.hooks import open_task
+from conveyor_sdk._encryption.hooks import run_opened
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._protocol.inflight import Delivery
 from conveyor_sdk._protocol.session import (
@@ -368,7 +366,11 @@ class Driver:
             self.post(("done", job.job_id, [cancelled_outcome() for _ in job.tasks], job))
             return
         try:
-            outcomes = await self._open_and_run(job)
+            outcomes = await run_opened(
+                job,
+                lambda opened: self.executor.run(opened, self._control),
+                lambda: self.worker.encryption_for(self.registry),
+            )
         except asyncio.CancelledError:
             outcomes = [Outcome(OutcomeKind.RELEASED, "worker stopped")] * len(job.tasks)
             self.post(("done", job.job_id, outcomes, job))
@@ -377,25 +379,6 @@ class Driver:
             self.log.exception("executor failed on %s", job.job_id)
             outcomes = [Outcome(OutcomeKind.RETRY, f"executor failed: {exc!r}")] * len(job.tasks)
         self.post(("done", job.job_id, outcomes, job))
-
-    async def _open_and_run(self, job: Job) -> list[Outcome]:
-        """Decrypt sealed members first (see :mod:`conveyor_sdk.encryption`); only opened ones run."""
-        if not any(t.metadata.get(MARKER_KEY) for t in job.tasks):
-            return await self.executor.run(job, self._control)  # plaintext: handed over unchanged
-        encryptor = self.worker.encryption_for(self.registry)
-        fixed: dict[str, Outcome] = {}
-        opened = []
-        for task in job.tasks:
-            try:
-                opened.append(await open_task(task, encryptor))
-            except DecryptionError as exc:
-                kind = OutcomeKind.RETRY if exc.retryable else OutcomeKind.SKIP_RETRY
-                fixed[task.id] = Outcome(kind, error_msg=exc.message)
-        if not opened:
-            return [fixed[t.id] for t in job.tasks]
-        ran = await self.executor.run(replace(job, tasks=tuple(opened)), self._control)
-        by_id = dict(zip((t.id for t in opened), ran, strict=True)) | fixed
-        return [by_id[t.id] for t in job.tasks]
 
     def _log_failures(self, job_id: str, outcomes: list[Outcome], job: Job | None) -> None:
         tasks = job.tasks if job is not None and len(job.tasks) == len(outcomes) else ()
