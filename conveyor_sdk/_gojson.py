@@ -8,12 +8,13 @@ floats it writes with an exponent (``1e20``, ``1e-6`` vs Go's
 trailing zeros (``.100000`` vs ``.1``) and maps with int keys (refused under
 sorted output; Go writes them as strings sorted as strings).
 
-:func:`needs_rewrite` is a byte scan of msgspec's output that finds every
-place those can occur (and, rarely, a look-alike inside a string); only then
-does :func:`encode_go` rebuild the value: builtins via ``msgspec.to_builtins``
-(struct field order kept, string-keyed dicts sorted), floats as
-``msgspec.Raw`` in Go's spelling, datetimes trimmed, int keys turned into
-strings sorted as strings.
+A few ``re`` searches of msgspec's output (:func:`needs_rewrite`) find every
+place those can occur (and, rarely, a look-alike inside a string). Floats are
+then fixed in the bytes (:func:`rewrite_floats`, strings cut out first);
+datetimes and int keys make :func:`encode_go` rebuild the value: builtins via
+``msgspec.to_builtins`` (struct field order kept, string-keyed dicts sorted),
+floats as ``msgspec.Raw`` in Go's spelling, datetimes trimmed, int keys turned
+into strings sorted as strings.
 """
 
 from __future__ import annotations
@@ -27,14 +28,19 @@ import msgspec
 
 __all__ = ["FLOATS", "VALUES", "encode_go", "go_datetime", "go_float", "needs_rewrite", "rewrite_floats"]
 
-# Where msgspec's bytes can differ from Go's: one C-speed scan for short triggers, then a check
-# around each (rare) hit.
-_INTEGRAL = re.compile(rb"[0-9]\.0(?![0-9])")  # 1.0 -> Go 1
-_EXPONENT = re.compile(rb"[0-9]e-?[0-9]+(?:[,\]}]|$)")  # 1e-6, 1e20 -> Go 0.000001, 1e+20...
-_TIME_ZERO = re.compile(rb':[0-9][0-9]\.[0-9]*0(?:Z"|[+-][0-9][0-9]:[0-9][0-9]")')  # .100000Z -> .1Z
-_TRIGGER = re.compile(rb'\.0|e[-0-9]|0(?:Z"|[+-])')
-_CHECKS = {ord("."): (_INTEGRAL, 1, 3), ord("e"): (_EXPONENT, 1, 8), ord("0"): (_TIME_ZERO, 12, 10)}
-_FRACTION_ZEROS = re.compile(r"(\.\d*?)0+(?=Z|[+-]\d\d:\d\d$)")
+# Where msgspec's bytes can differ from Go's. Each pattern starts with one literal byte and puts its
+# look-behind after it, so ``re`` runs its tight first-byte loop (a charset test per byte or a Python
+# pass is several times slower on a KiB of text); hits are rare, and a look-alike inside a string only
+# costs the (exact) rewrite. msgspec writes a fraction ``.0`` only for integral floats, an exponent
+# only as ``e-N`` (equal to Go's below 1e-6, except ``e-6``) or ``eN`` (>= 1e16, never Go's), and
+# datetime fractions with all six digits.
+_TAIL = rb"(?:Z|[+-][0-9][0-9]:[0-9][0-9])\""
+# 1.0 -> 1; group 1: a datetime fraction ending in 0 (.100000Z -> .1Z)
+_DOT = re.compile(rb"\.(?:(?<=[0-9]\.)0(?![0-9])|(?<=:[0-9][0-9]\.)[0-9]{5}(0)" + _TAIL + b")")
+_EXPONENT = re.compile(rb"e(?<=[0-9]e)(?:-6(?![0-9])|[0-9])")  # 1.5e-6, 1e20 -> 0.0000015, 1e+20...
+_TIME_ZERO = re.compile(  # the closing quote of a datetime whose fraction ends in 0
+    rb'"(?<=:[0-9][0-9]\.[0-9]{5}0Z")|"(?<=:[0-9][0-9]\.[0-9]{5}0[+-][0-9][0-9]:[0-9][0-9]")'
+)
 _PLAIN = msgspec.json.Encoder()
 
 
@@ -44,41 +50,34 @@ VALUES = 2  # datetimes (strings in the output) differ: rebuild from the value
 
 def needs_rewrite(data: bytes) -> int:
     """0, :data:`FLOATS` or :data:`VALUES`: what msgspec's bytes need to become Go's."""
-    hit = _TRIGGER.search(data)
-    while hit is not None:
-        at = hit.start()
-        check, before, after = _CHECKS[data[at]]
-        if check.search(data, max(0, at - before), at + after):
-            if check is _TIME_ZERO:
-                return VALUES
-            return VALUES if _TIME_ZERO.search(data, at) else FLOATS
-        hit = _TRIGGER.search(data, at + 1)
-    return 0
+    hit = _DOT.search(data)
+    if hit is None:
+        return FLOATS if _EXPONENT.search(data) else 0
+    if hit.start(1) >= 0 or _TIME_ZERO.search(data, hit.end()):
+        return VALUES
+    return FLOATS
 
 
-# Skipped whole: strings, punctuation, and numbers msgspec already spells like Go (ints, fractions
-# without exponent; msgspec never writes a trailing zero except in ``.0``). Captured: the next number
-# that differs (``1.0``, ``1e-6``, ``1e20``), or nothing at the end (so a search never restarts inside
-# a string).
-_NUMBER = re.compile(
-    rb'(?:"(?:[^"\\]++|\\.)*+"|[^"0-9-]++|-?[0-9]++(?:\.[0-9]*[1-9])?(?![.0-9e]))*+'  # possessive: linear
-    rb"(?:(-?[0-9]+(?:\.0(?![0-9])|(?:\.[0-9]+)?e[+-]?[0-9]+))|$)"
-)
+# The rewrite works on the skeleton: msgspec's bytes with every string cut out (a NUL, which only
+# occurs escaped in JSON, marks each cut), so number-like text inside a string is never seen. All of
+# it runs in ``re``'s C code (a literal replacement); only exponent floats call back into Python.
+_STRINGS = re.compile(rb'("(?:[^"\\]++|\\.)*+")')  # possessive: linear
+_INTEGRAL = re.compile(rb"\.0(?![0-9])")  # 1.0 -> 1
+_E_TOKEN = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?e[+-]?[0-9]+")
 
 
-def _number(match: re.Match[bytes]) -> bytes:
-    token = match.group(1)
-    if token is None:
-        return match.group(0)
-    head = match.group(0)[: match.start(1) - match.start(0)]
-    if b"e" in token:
-        return head + go_float(float(token)).encode()
-    return head + token[:-2]  # 1.0 -> 1
+def _e_token(match: re.Match[bytes]) -> bytes:
+    return go_float(float(match.group())).encode()
 
 
 def rewrite_floats(data: bytes) -> bytes:
     """msgspec's bytes with every float token in Go's spelling (strings untouched)."""
-    return _NUMBER.sub(_number, data)
+    pieces = _STRINGS.split(data)  # outside, string, outside, ..., outside
+    skeleton = _INTEGRAL.sub(b"", b"\0".join(pieces[::2]))
+    if _EXPONENT.search(skeleton):
+        skeleton = _E_TOKEN.sub(_e_token, skeleton)
+    pieces[::2] = skeleton.split(b"\0")
+    return b"".join(pieces)
 
 
 def _digits(f: float) -> tuple[str, int]:
@@ -120,8 +119,13 @@ def go_float(f: float) -> str:
 
 def go_datetime(value: datetime) -> str:
     """RFC 3339 with the fraction's trailing zeros dropped (Go's ``time.RFC3339Nano``)."""
-    text: str = msgspec.json.decode(_PLAIN.encode(value))
-    return _FRACTION_ZEROS.sub(lambda m: "" if m.group(1) == "." else m.group(1), text)
+    text = _PLAIN.encode(value)[1:-1].decode()
+    head, dot, rest = text.partition(".")
+    zone = rest.lstrip("0123456789")
+    if not dot or (zone != "Z" and len(zone) != 6):
+        return text  # no fraction, or naive / seconds offset: msgspec's spelling (see docs/client.md)
+    digits = rest[: len(rest) - len(zone)].rstrip("0")
+    return f"{head}.{digits}{zone}" if digits else head + zone
 
 
 def _key(key: Any) -> str:
