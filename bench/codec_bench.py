@@ -49,7 +49,8 @@ SHAPES: dict[str, Any] = {
     "dict with datetime": {"at": datetime(2026, 1, 2, 3, 4, 5, 100000, tzinfo=UTC), "n": 1},
     "int-keyed dict": {1: "a", 2: "b", 10: "c"},
     "1 KiB of strings": {"body": "x" * 1000, "id": "abc"},
-    "list of 100 floats": [i / 7 for i in range(100)],
+    "1 KiB of English text": {"body": ("Please review the attached file, then reply. " * 23)[:1000], "n": 1},
+    "100 floats (15 integral)": [i / 7 for i in range(100)],
 }
 ESCAPES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"))
 

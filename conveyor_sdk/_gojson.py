@@ -8,7 +8,7 @@ floats it writes with an exponent (``1e20``, ``1e-6`` vs Go's
 trailing zeros (``.100000`` vs ``.1``) and maps with int keys (refused under
 sorted output; Go writes them as strings sorted as strings).
 
-A few ``re`` searches of msgspec's output (:func:`needs_rewrite`) find every
+A few ``re`` searches of msgspec's output (:func:`go_bytes`) find every
 place those can occur (and, rarely, a look-alike inside a string). Floats are
 then fixed in the bytes (:func:`rewrite_floats`, strings cut out first);
 datetimes and int keys make :func:`encode_go` rebuild the value: builtins via
@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["FLOATS", "VALUES", "encode_go", "go_datetime", "go_float", "needs_rewrite", "rewrite_floats"]
+__all__ = ["encode_go", "go_bytes", "go_datetime", "go_float", "rewrite_floats"]
 
 # Where msgspec's bytes can differ from Go's. Each pattern starts with one literal byte and puts its
 # look-behind after it, so ``re`` runs its tight first-byte loop (a charset test per byte or a Python
@@ -44,18 +44,14 @@ _TIME_ZERO = re.compile(  # the closing quote of a datetime whose fraction ends 
 _PLAIN = msgspec.json.Encoder()
 
 
-FLOATS = 1  # only float spellings differ: rewrite the number tokens of the bytes
-VALUES = 2  # datetimes (strings in the output) differ: rebuild from the value
-
-
-def needs_rewrite(data: bytes) -> int:
-    """0, :data:`FLOATS` or :data:`VALUES`: what msgspec's bytes need to become Go's."""
+def go_bytes(data: bytes, value: Any) -> bytes:
+    """msgspec's compact bytes for ``value`` turned into Go's (``data`` itself when they agree)."""
     hit = _DOT.search(data)
     if hit is None:
-        return FLOATS if _EXPONENT.search(data) else 0
+        return rewrite_floats(data) if _EXPONENT.search(data) else data
     if hit.start(1) >= 0 or _TIME_ZERO.search(data, hit.end()):
-        return VALUES
-    return FLOATS
+        return encode_go(value)  # a datetime to trim: only the value tells it from a look-alike string
+    return rewrite_floats(data)
 
 
 # The rewrite works on the skeleton: msgspec's bytes with every string cut out (a NUL, which only
