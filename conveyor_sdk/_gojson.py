@@ -68,12 +68,16 @@ def _e_token(match: re.Match[bytes]) -> bytes:
 
 def rewrite_floats(data: bytes) -> bytes:
     """msgspec's bytes with every float token in Go's spelling (strings untouched)."""
+    if data.find(b'"') < 0:  # no strings (a list of numbers): no cutting needed
+        return _fix_numbers(data)
     pieces = _STRINGS.split(data)  # outside, string, outside, ..., outside
-    skeleton = _INTEGRAL.sub(b"", b"\0".join(pieces[::2]))
-    if _EXPONENT.search(skeleton):
-        skeleton = _E_TOKEN.sub(_e_token, skeleton)
-    pieces[::2] = skeleton.split(b"\0")
+    pieces[::2] = _fix_numbers(b"\0".join(pieces[::2])).split(b"\0")
     return b"".join(pieces)
+
+
+def _fix_numbers(skeleton: bytes) -> bytes:
+    skeleton = _INTEGRAL.sub(b"", skeleton)
+    return _E_TOKEN.sub(_e_token, skeleton) if _EXPONENT.search(skeleton) else skeleton
 
 
 def _digits(f: float) -> tuple[str, int]:
@@ -131,17 +135,18 @@ def _key(key: Any) -> str:
 
 
 def _walk(node: Any) -> Any:
+    kind = type(node)  # to_builtins leaves dict, list, str, int, float, bool, None and datetimes
+    if kind is dict:
+        if not node or type(next(iter(node))) is str:  # sorted keys: mixed types raised in to_builtins
+            return {k: _walk(v) for k, v in node.items()}  # already in the right order
+        items = sorted((_key(k), v) for k, v in node.items())
+        return {k: _walk(v) for k, v in items}
+    if kind is list:
+        return [_walk(v) for v in node]
     if isinstance(node, float):
         return msgspec.Raw(go_float(node).encode())
     if isinstance(node, datetime):
         return go_datetime(node)
-    if isinstance(node, dict):
-        if all(type(k) is str for k in node):
-            return {k: _walk(v) for k, v in node.items()}  # already in the right order
-        items = sorted((_key(k), v) for k, v in node.items())
-        return {k: _walk(v) for k, v in items}
-    if isinstance(node, list | tuple):
-        return [_walk(v) for v in node]
     return node
 
 
