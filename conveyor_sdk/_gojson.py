@@ -8,12 +8,13 @@ floats it writes with an exponent (``1e20``, ``1e-6`` vs Go's
 trailing zeros (``.100000`` vs ``.1``) and maps with int keys (refused under
 sorted output; Go writes them as strings sorted as strings).
 
-:func:`needs_rewrite` is a byte scan of msgspec's output that finds every
-place those can occur (and, rarely, a look-alike inside a string); only then
-does :func:`encode_go` rebuild the value: builtins via ``msgspec.to_builtins``
-(struct field order kept, string-keyed dicts sorted), floats as
-``msgspec.Raw`` in Go's spelling, datetimes trimmed, int keys turned into
-strings sorted as strings.
+A few ``re`` searches of msgspec's output (:func:`go_bytes`) find every
+place those can occur (and, rarely, a look-alike inside a string). Floats are
+then fixed in the bytes (:func:`rewrite_floats`, strings cut out first);
+datetimes and int keys make :func:`encode_go` rebuild the value: builtins via
+``msgspec.to_builtins`` (struct field order kept, string-keyed dicts sorted),
+floats as ``msgspec.Raw`` in Go's spelling, datetimes trimmed, int keys turned
+into strings sorted as strings.
 """
 
 from __future__ import annotations
@@ -25,60 +26,58 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["FLOATS", "VALUES", "encode_go", "go_datetime", "go_float", "needs_rewrite", "rewrite_floats"]
+__all__ = ["encode_go", "go_bytes", "go_datetime", "go_float", "rewrite_floats"]
 
-# Where msgspec's bytes can differ from Go's: one C-speed scan for short triggers, then a check
-# around each (rare) hit.
-_INTEGRAL = re.compile(rb"[0-9]\.0(?![0-9])")  # 1.0 -> Go 1
-_EXPONENT = re.compile(rb"[0-9]e-?[0-9]+(?:[,\]}]|$)")  # 1e-6, 1e20 -> Go 0.000001, 1e+20...
-_TIME_ZERO = re.compile(rb':[0-9][0-9]\.[0-9]*0(?:Z"|[+-][0-9][0-9]:[0-9][0-9]")')  # .100000Z -> .1Z
-_TRIGGER = re.compile(rb'\.0|e[-0-9]|0(?:Z"|[+-])')
-_CHECKS = {ord("."): (_INTEGRAL, 1, 3), ord("e"): (_EXPONENT, 1, 8), ord("0"): (_TIME_ZERO, 12, 10)}
-_FRACTION_ZEROS = re.compile(r"(\.\d*?)0+(?=Z|[+-]\d\d:\d\d$)")
+# Where msgspec's bytes can differ from Go's. Each pattern starts with one literal byte and puts its
+# look-behind after it, so ``re`` runs its tight first-byte loop (a charset test per byte or a Python
+# pass is several times slower on a KiB of text); hits are rare, and a look-alike inside a string only
+# costs the (exact) rewrite. msgspec writes a fraction ``.0`` only for integral floats, an exponent
+# only as ``e-N`` (equal to Go's below 1e-6, except ``e-6``) or ``eN`` (>= 1e16, never Go's), and
+# datetime fractions with all six digits.
+_TAIL = rb"(?:Z|[+-][0-9][0-9]:[0-9][0-9])\""
+# 1.0 -> 1; group 1: a datetime fraction ending in 0 (.100000Z -> .1Z)
+_DOT = re.compile(rb"\.(?:(?<=[0-9]\.)0(?![0-9])|(?<=:[0-9][0-9]\.)[0-9]{5}(0)" + _TAIL + b")")
+_EXPONENT = re.compile(rb"e(?<=[0-9]e)(?:-6(?![0-9])|[0-9])")  # 1.5e-6, 1e20 -> 0.0000015, 1e+20...
+_TIME_ZERO = re.compile(  # the closing quote of a datetime whose fraction ends in 0
+    rb'"(?<=:[0-9][0-9]\.[0-9]{5}0Z")|"(?<=:[0-9][0-9]\.[0-9]{5}0[+-][0-9][0-9]:[0-9][0-9]")'
+)
 _PLAIN = msgspec.json.Encoder()
 
 
-FLOATS = 1  # only float spellings differ: rewrite the number tokens of the bytes
-VALUES = 2  # datetimes (strings in the output) differ: rebuild from the value
+def go_bytes(data: bytes, value: Any) -> bytes:
+    """msgspec's compact bytes for ``value`` turned into Go's (``data`` itself when they agree)."""
+    hit = _DOT.search(data)
+    if hit is None:
+        return rewrite_floats(data) if _EXPONENT.search(data) else data
+    if hit.start(1) >= 0 or _TIME_ZERO.search(data, hit.end()):
+        return encode_go(value)  # a datetime to trim: only the value tells it from a look-alike string
+    return rewrite_floats(data)
 
 
-def needs_rewrite(data: bytes) -> int:
-    """0, :data:`FLOATS` or :data:`VALUES`: what msgspec's bytes need to become Go's."""
-    hit = _TRIGGER.search(data)
-    while hit is not None:
-        at = hit.start()
-        check, before, after = _CHECKS[data[at]]
-        if check.search(data, max(0, at - before), at + after):
-            if check is _TIME_ZERO:
-                return VALUES
-            return VALUES if _TIME_ZERO.search(data, at) else FLOATS
-        hit = _TRIGGER.search(data, at + 1)
-    return 0
+# The rewrite works on the skeleton: msgspec's bytes with every string cut out (a NUL, which only
+# occurs escaped in JSON, marks each cut), so number-like text inside a string is never seen. All of
+# it runs in ``re``'s C code (a literal replacement); only exponent floats call back into Python.
+_STRINGS = re.compile(rb'("(?:[^"\\]++|\\.)*+")')  # possessive: linear
+_INTEGRAL = re.compile(rb"\.0(?![0-9])")  # 1.0 -> 1
+_E_TOKEN = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?e[+-]?[0-9]+")
 
 
-# Skipped whole: strings, punctuation, and numbers msgspec already spells like Go (ints, fractions
-# without exponent; msgspec never writes a trailing zero except in ``.0``). Captured: the next number
-# that differs (``1.0``, ``1e-6``, ``1e20``), or nothing at the end (so a search never restarts inside
-# a string).
-_NUMBER = re.compile(
-    rb'(?:"(?:[^"\\]++|\\.)*+"|[^"0-9-]++|-?[0-9]++(?:\.[0-9]*[1-9])?(?![.0-9e]))*+'  # possessive: linear
-    rb"(?:(-?[0-9]+(?:\.0(?![0-9])|(?:\.[0-9]+)?e[+-]?[0-9]+))|$)"
-)
-
-
-def _number(match: re.Match[bytes]) -> bytes:
-    token = match.group(1)
-    if token is None:
-        return match.group(0)
-    head = match.group(0)[: match.start(1) - match.start(0)]
-    if b"e" in token:
-        return head + go_float(float(token)).encode()
-    return head + token[:-2]  # 1.0 -> 1
+def _e_token(match: re.Match[bytes]) -> bytes:
+    return go_float(float(match.group())).encode()
 
 
 def rewrite_floats(data: bytes) -> bytes:
     """msgspec's bytes with every float token in Go's spelling (strings untouched)."""
-    return _NUMBER.sub(_number, data)
+    if data.find(b'"') < 0:  # no strings (a list of numbers): no cutting needed
+        return _fix_numbers(data)
+    pieces = _STRINGS.split(data)  # outside, string, outside, ..., outside
+    pieces[::2] = _fix_numbers(b"\0".join(pieces[::2])).split(b"\0")
+    return b"".join(pieces)
+
+
+def _fix_numbers(skeleton: bytes) -> bytes:
+    skeleton = _INTEGRAL.sub(b"", skeleton)
+    return _E_TOKEN.sub(_e_token, skeleton) if _EXPONENT.search(skeleton) else skeleton
 
 
 def _digits(f: float) -> tuple[str, int]:
@@ -120,8 +119,13 @@ def go_float(f: float) -> str:
 
 def go_datetime(value: datetime) -> str:
     """RFC 3339 with the fraction's trailing zeros dropped (Go's ``time.RFC3339Nano``)."""
-    text: str = msgspec.json.decode(_PLAIN.encode(value))
-    return _FRACTION_ZEROS.sub(lambda m: "" if m.group(1) == "." else m.group(1), text)
+    text = _PLAIN.encode(value)[1:-1].decode()
+    head, dot, rest = text.partition(".")
+    zone = rest.lstrip("0123456789")
+    if not dot or (zone != "Z" and len(zone) != 6):
+        return text  # no fraction, or naive / seconds offset: msgspec's spelling (see docs/client.md)
+    digits = rest[: len(rest) - len(zone)].rstrip("0")
+    return f"{head}.{digits}{zone}" if digits else head + zone
 
 
 def _key(key: Any) -> str:
@@ -131,17 +135,18 @@ def _key(key: Any) -> str:
 
 
 def _walk(node: Any) -> Any:
+    kind = type(node)  # to_builtins leaves dict, list, str, int, float, bool, None and datetimes
+    if kind is dict:
+        if not node or type(next(iter(node))) is str:  # sorted keys: mixed types raised in to_builtins
+            return {k: _walk(v) for k, v in node.items()}  # already in the right order
+        items = sorted((_key(k), v) for k, v in node.items())
+        return {k: _walk(v) for k, v in items}
+    if kind is list:
+        return [_walk(v) for v in node]
     if isinstance(node, float):
         return msgspec.Raw(go_float(node).encode())
     if isinstance(node, datetime):
         return go_datetime(node)
-    if isinstance(node, dict):
-        if all(type(k) is str for k in node):
-            return {k: _walk(v) for k, v in node.items()}  # already in the right order
-        items = sorted((_key(k), v) for k, v in node.items())
-        return {k: _walk(v) for k, v in items}
-    if isinstance(node, list | tuple):
-        return [_walk(v) for v in node]
     return node
 
 

@@ -37,7 +37,7 @@ from google.protobuf.message import (  # type: ignore[import-untyped]  # protobu
 )
 from google.protobuf.message import Message as _ProtoMessage
 
-from conveyor_sdk._gojson import FLOATS, encode_go, needs_rewrite, rewrite_floats
+from conveyor_sdk._gojson import encode_go, go_bytes
 from conveyor_sdk.errors import InvalidArgument
 
 __all__ = [
@@ -121,22 +121,18 @@ class JSONCodec:
     def encode(self, value: Any) -> bytes:
         """Compact JSON with Go's bytes; ``<``, ``>``, ``&``, U+2028/9 escaped like Go unless disabled."""
         try:
-            data = self._encoder.encode(value)
-            rewrite = needs_rewrite(data)
-            if rewrite == FLOATS:
-                data = rewrite_floats(data)
-            elif rewrite:
-                data = encode_go(value)
+            data = go_bytes(self._encoder.encode(value), value)
         except (TypeError, UnicodeEncodeError, msgspec.EncodeError):
             try:  # int map keys: refused by msgspec's sorted mode, written by Go as sorted strings
                 data = encode_go(value)
             except (TypeError, UnicodeEncodeError, msgspec.EncodeError) as exc:
                 raise CodecError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
-        if self.html_escape:
-            # These bytes can only occur inside JSON strings, so a plain replace is exact.
-            for raw, escaped in _GO_ESCAPES:
-                if raw in data:
-                    data = data.replace(raw, escaped)
+        # ``find`` (a memchr) rather than ``in``, which first tries the needle as an int (a TypeError).
+        if self.html_escape and (
+            data.find(b"<") >= 0 or data.find(b">") >= 0 or data.find(b"&") >= 0 or data.find(b"\xe2") >= 0
+        ):  # \xe2: the lead byte of U+2028 and U+2029
+            for raw, escaped in _GO_ESCAPES:  # only inside JSON strings, so a plain replace is exact
+                data = data.replace(raw, escaped)
         return data
 
     def decode(self, data: bytes, type_: Any = Any) -> Any:

@@ -85,6 +85,7 @@ GO_FLOATS: list[tuple[float, bytes]] = [
     (1e16, b"10000000000000000"), (1e20, b"100000000000000000000"), (1e21, b"1e+21"),
     (1.2345e22, b"1.2345e+22"), (1.1e40, b"1.1e+40"), (4e99, b"4e+99"),
     (5e-324, b"5e-324"), (1.7976931348623157e308, b"1.7976931348623157e+308"),
+    (9.5e-6, b"0.0000095"), (1e-60, b"1e-60"), (-2.5e-65, b"-2.5e-65"), (3e30, b"3e+30"), (1e100, b"1e+100"),
 ]  # fmt: skip
 GO_TIMES: list[tuple[datetime, bytes]] = [
     (datetime(2024, 1, 2, 3, 4, 5, 100000, tzinfo=UTC), b'"2024-01-02T03:04:05.1Z"'),
@@ -267,7 +268,7 @@ def test_json_round_trip_property(value: Any) -> None:
 
 _JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(alphabet='ab"\\:,.[]{}-e01Z+ ', max_size=12),
+    | st.text(alphabet='ab"\\:,.[]{}-e01Z+ \x00', max_size=12),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
     max_leaves=12,
 )  # fmt: skip
@@ -280,3 +281,28 @@ def test_fast_float_rewrite_equals_the_exact_path(value: Any) -> None:
     from conveyor_sdk._gojson import encode_go
 
     assert JSONCodec(html_escape=False).encode(value) == encode_go(value)
+
+
+_OFFSETS = st.integers(-(23 * 60 + 59), 23 * 60 + 59).map(lambda m: timezone(timedelta(minutes=m)))
+_AWARE = st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=_OFFSETS)
+
+
+def _go_time(value: datetime) -> str:
+    """Independent model of Go's RFC 3339 spelling: Z for a zero offset, fraction without trailing zeros."""
+    text = value.replace(tzinfo=None).isoformat(timespec="microseconds").rstrip("0").rstrip(".")
+    offset = value.utcoffset() or timedelta(0)
+    if not offset:
+        return text + "Z"
+    minutes = abs(offset) // timedelta(minutes=1)
+    return f"{text}{'-' if offset < timedelta(0) else '+'}{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(_AWARE, st.floats(allow_nan=False, allow_infinity=False), st.text(alphabet='0.Z:+-"', max_size=10))
+def test_datetimes_next_to_floats_and_look_alikes_match_go(when: datetime, number: float, text: str) -> None:
+    """Aware datetimes (any fraction, any offset) come out as Go writes them, whatever surrounds them."""
+    data = JSONCodec().encode({"a": 1.0, "at": when, "n": number, "s": text, "z": [when, 2.0]})
+    go_when = msgspec.json.encode(_go_time(when))
+    assert data.startswith(b'{"a":1,"at":' + go_when + b',"n":' + _go_reference(number).encode() + b',"s":')
+    assert data.endswith(b',"z":[' + go_when + b",2]}")
+    assert JSONCodec().encode([when]) == b"[" + go_when + b"]"
