@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,6 +119,11 @@ class Conversation:
             self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
 
+    async def end_quietly(self) -> None:
+        """End the stream cleanly if it is still open (the client may have reset it meanwhile)."""
+        with contextlib.suppress(Exception):  # h2 StreamClosedError after a client reset
+            await self.sess.end()
+
     async def send(self, msg: pb.ServerMessage) -> None:
         """Send one server frame."""
         await self.sess.send(msg)
@@ -159,6 +165,15 @@ class Conversation:
         ]
         bd = pb.BatchDispatch(tasks=tasks, deadline=ts(time.time() + deadline_in), group="g")
         await self.send(pb.ServerMessage(batch_dispatch=bd))
+
+    async def until_opened(self, n: int, within: float = 30.0) -> None:
+        """Wait until the program opened ``n`` session streams in all (accepted or rejected)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.ctx.t(within)
+        while self.peer.sessions_opened < n:
+            if loop.time() > end:
+                raise CheckFailed(f"the worker opened no session within {within:g}s; {self.proc.tail(3)}")
+            await asyncio.sleep(0.02)
 
     async def until(self, pred: Callable[[Seen], bool], what: str, within: float = 10.0) -> None:
         """Wait until ``pred(seen)``; CheckFailed naming ``what`` otherwise."""

@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import re
 import statistics
+from typing import TYPE_CHECKING
 
 from conveyor_conformance.checks._peer import (
     Conversation,
@@ -19,10 +20,14 @@ from conveyor_conformance.checks._peer import (
     ready_conversation,
     slots,
 )
+from conveyor_conformance.checks._procs import start_worker
 from conveyor_conformance.context import CheckContext
 from conveyor_conformance.model import CheckFailed, Requirement
 from conveyor_conformance.registry import check
 from conveyor_sdk.errors import Code
+
+if TYPE_CHECKING:
+    from conveyor_sdk.testing import ScriptedPeer
 
 NEEDS = [Requirement.WORKER_CMD]
 _QUEUE_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9-_.]*$")
@@ -173,25 +178,24 @@ async def _reconnect_gaps(conv: Conversation, failures: int, code: Code) -> list
     return [b - a for a, b in itertools.pairwise(stamps)]
 
 
-JITTER_CYCLES = 8  # x 3 reconnects each: 24 delays
+JITTER_STARTS = 8  # fresh program starts x 3 reconnects each: 24 delays
 JITTER_SLACK = 0.2  # seconds a delay may exceed its ceiling (connect time, scheduling) before it counts
 
 
-async def _jitter_cycle(conv: Conversation, ctx: CheckContext) -> list[tuple[float, float]]:
-    """One Welcome, a transient end, two rejected reconnects: three (delay, ceiling) samples."""
-    await conv.accept(within=ctx.t(30))
-    await conv.welcome()
-    base = conv.peer.sessions_opened
-    for _ in range(2):
-        conv.peer.reject_next(Code.UNAVAILABLE, "conformance: go away")
+async def _jitter_run(ctx: CheckContext, peer: ScriptedPeer) -> list[tuple[float, float]]:
+    """Start the program with its first 3 attempts rejected: three (delay, ceiling) samples, n = 0, 1, 2."""
+    base = peer.sessions_opened
+    for _ in range(3):
+        peer.reject_next(Code.UNAVAILABLE, "conformance: go away")
+    proc = await start_worker(ctx, addr=peer.url)
     loop = asyncio.get_running_loop()
-    ended = loop.time()
-    await conv.sess.end(Code.UNAVAILABLE, "conformance: flap")
-    while conv.peer.sessions_opened < base + 3:
-        if loop.time() - ended > ctx.t(40):
-            raise CheckFailed(f"the worker stopped reconnecting; {conv.proc.tail(3)}")
+    start = loop.time()
+    while peer.sessions_opened < base + 4:
+        if loop.time() - start > ctx.t(40):
+            raise CheckFailed(f"the worker stopped reconnecting; {proc.tail(3)}")
         await asyncio.sleep(0.01)
-    stamps = [ended, *(s.opened_at for s in conv.peer.streams[base : base + 3])]
+    await proc.aclose()
+    stamps = [s.opened_at for s in peer.streams[base : base + 4]]
     return [(b - a, 0.5 * 2**n) for n, (a, b) in enumerate(itertools.pairwise(stamps))]
 
 
@@ -199,25 +203,32 @@ async def _jitter_cycle(conv: Conversation, ctx: CheckContext) -> list[tuple[flo
     "sdk.9.reconnects-with-full-jitter",
     section="5.9",
     requires=NEEDS,
-    timeout=150,
+    timeout=180,
     description=(
         "Reconnects after transient errors with delays uniform in [0, min(30s, 0.5s * 2^n)): 24 delays "
-        "(n = 0, 1, 2 after each Welcome); fails on 2+ above the ceiling or fewer than 3 below half of it."
+        "(n = 0, 1, 2 from 8 fresh starts); fails on 2+ above the ceiling or fewer than 3 below half of it."
     ),
 )
 async def reconnect_jitter(ctx: CheckContext) -> str:
-    """Statistical verdict over 24 delays (8 cycles of n = 0, 1, 2; the counter resets at each Welcome).
+    """Statistical verdict over 24 delays: 8 program starts, each with its first 3 attempts rejected.
 
-    A delay counts as *over* when it exceeds its ceiling by more than JITTER_SLACK; one over is
-    tolerated (a stall on a loaded machine). Full jitter puts about half of the delays below half
-    their ceiling; fewer than 3 of 24 means no (or only partial) jitter. For a backoff whose ceiling
-    doubles once too often (uniform in [0, 0.5 s * 2^(n+1))) the chance of a miss is 1.3e-4 per
-    run; for a correct SDK the chance of a false "no jitter" is below 1e-4 (binomial tails).
+    Delay n (0-based) is the gap between failed attempt n and the next attempt, so its ceiling is
+    0.5 s * 2^n. A delay counts as *over* when it exceeds its ceiling by more than JITTER_SLACK; one
+    over is tolerated (a stall on a loaded machine). Full jitter puts about half of the delays below
+    half their ceiling; fewer than 3 of 24 means no (or only partial) jitter. For a backoff whose
+    ceiling doubles once too often (uniform in [0, 0.5 s * 2^(n+1))) the chance of a miss (false
+    negative) is 1.3e-4 per run; for a correct SDK the chance of a false "no jitter" is below 1e-4
+    (binomial tails). Fresh starts matter: a counter that starts one step high only shows before the
+    first Welcome (after one, the reset is sdk.9.reconnect-counter-resets-after-welcome's business).
     """
-    conv = await open_conversation(ctx)
+    from conveyor_sdk.testing import ScriptedPeer
+
+    peer = ScriptedPeer()
+    await peer.__aenter__()
+    ctx.on_close(peer.aclose)
     samples: list[tuple[float, float]] = []
-    for _ in range(JITTER_CYCLES):
-        samples += await _jitter_cycle(conv, ctx)
+    for _ in range(JITTER_STARTS):
+        samples += await _jitter_run(ctx, peer)
     slack = ctx.t(JITTER_SLACK)
     over = [(round(g, 2), c) for g, c in samples if g > c + slack]
     low = [g for g, c in samples if g < c / 2]
@@ -225,7 +236,7 @@ async def reconnect_jitter(ctx: CheckContext) -> str:
     ctx.expect(len(over) < 2, f"{len(over)} of {n} delays above the full-jitter ceiling: {over[:6]}")
     ctx.expect(len(low) >= 3, f"only {len(low)} of {n} delays below half the ceiling: no full jitter")
     mean = statistics.fmean(g / c for g, c in samples)
-    return f"{len(samples)} delays, {len(low)} below half the ceiling, mean delay/ceiling {mean:.2f}"
+    return f"{n} delays, {len(low)} below half the ceiling, mean delay/ceiling {mean:.2f}"
 
 
 @check(
@@ -261,7 +272,8 @@ async def _fatal(ctx: CheckContext, code: Code, message: str, after_welcome: boo
     conv = await open_conversation(ctx)
     if not after_welcome:
         conv.peer.reject_next(code, message)
-    else:
+    await conv.until_opened(1, within=30)  # the 4 s watch starts at the error, not at program start
+    if after_welcome:
         await conv.accept()
         await conv.welcome()
         await conv.sess.end(code, message)
