@@ -6,6 +6,8 @@ import asyncio
 import os
 import sys
 
+import pytest
+
 from conveyor_conformance import Status, SuiteConfig, default_registry, run_suite
 from conveyor_conformance.harness import SHORT_TIMINGS, stop_server
 from conveyor_server_min.testing import ServerProcess
@@ -54,6 +56,7 @@ CONNECT_TWINS = [
 ]
 
 
+@pytest.mark.timeout(400)
 def test_each_worker_mutant_fails_the_checks_it_breaks() -> None:
     """Every raw-worker mutation makes its target checks FAIL (not error, not pass)."""
     variants = {m: (ids, RAW_WORKER, {"MUTATION": m}) for m, ids in WORKER_MUTANTS.items()}
@@ -65,6 +68,7 @@ def test_each_worker_mutant_fails_the_checks_it_breaks() -> None:
     assert {m: w for m, w in wrong.items() if w} == {}
 
 
+@pytest.mark.timeout(400)
 def test_connect_streaming_mutants_are_caught_like_their_grpc_twins() -> None:
     """The upstream-style deviations fail the same checks when the mutant speaks Connect streaming."""
     env = {"CONVEYOR_PROTOCOL": "connect"}

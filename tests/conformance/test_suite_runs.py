@@ -19,6 +19,7 @@ def test_server_checks_pass_against_conveyor_server_min() -> None:
     assert all("AdminService" in d for d in na.values()), na
 
 
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("protocol", ["grpc", "connect"])
 def test_worker_and_sdk_checks_pass_with_the_raw_reference_worker(protocol: str) -> None:
     """The frame-level reference worker passes every sdk.* and worker.* check over gRPC and Connect."""
@@ -26,11 +27,12 @@ def test_worker_and_sdk_checks_pass_with_the_raw_reference_worker(protocol: str)
 
     ids = [c.id for c in default_registry().select(["sdk", "worker"])]
     env = {"CONVEYOR_PROTOCOL": protocol}
-    out = asyncio.run(run_variants({"raw": (ids, RAW_WORKER, env)}, concurrency=10))
+    out = asyncio.run(run_variants({"raw": (ids, RAW_WORKER, env)}, concurrency=6))
     assert failing(out["raw"]) == {}
     assert all(r.status is Status.PASS for r in out["raw"])
 
 
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize(
     ("protocol", "content_type"), [("grpc", "application/grpc"), ("connect", "application/connect+proto")]
 )
@@ -40,7 +42,7 @@ def test_worker_and_sdk_checks_pass_with_our_sdk_worker(protocol: str, content_t
 
     ids = [c.id for c in default_registry().select(["sdk", "worker"])]
     env = {"CONVEYOR_PROTOCOL": protocol}
-    out = asyncio.run(run_variants({"sdk": (ids, SDK_WORKER, env)}, concurrency=10))
+    out = asyncio.run(run_variants({"sdk": (ids, SDK_WORKER, env)}, concurrency=6))
     assert failing(out["sdk"]) == {}
     assert all(r.status is Status.PASS for r in out["sdk"]), {r.id: r.detail for r in out["sdk"]}
     opened = {r.id: r.detail for r in out["sdk"]}["sdk.9.opens-h2-session-with-bearer"]
@@ -77,7 +79,7 @@ def test_a_program_declaring_nothing_gets_not_applicable_never_fail() -> None:
 
 
 def test_foreign_server_with_token_and_long_lease() -> None:
-    """Against a server the suite did not start (token, 60 s lease): auth runs, short-lease checks are n/a."""
+    """A foreign server (token, 60 s lease): auth runs; lease-bound and tokenless checks are n/a."""
     from conveyor_conformance.harness import stop_server
     from conveyor_server_min.testing import ServerProcess
 
@@ -90,6 +92,9 @@ def test_foreign_server_with_token_and_long_lease() -> None:
             only=("server.2", "server.5.3", "server.5.6", "worker.5.6", "server.6.1.enqueue-tx-atomic"),
         )
         summary = asyncio.run(run_suite(config))
+        only = ("worker.5.10.drain-exits-cleanly",)
+        bare = SuiteConfig(server=proc.url, token="cf-token", only=only, declares=())
+        (tokenless,) = asyncio.run(run_suite(bare)).results
     finally:
         assert stop_server(proc) == 0
     got = {r.id: r.status for r in summary.results}
@@ -98,3 +103,5 @@ def test_foreign_server_with_token_and_long_lease() -> None:
     lease_bound = [r for r in summary.results if r.id.startswith(("server.5.6.", "worker.5.6."))]
     assert lease_bound and all(r.status is Status.NOT_APPLICABLE for r in lease_bound)
     assert all("needs a 2 s lease" in r.detail for r in lease_bound)
+    assert tokenless.status is Status.NOT_APPLICABLE
+    assert "does not declare CONVEYOR_TOKEN" in tokenless.detail
