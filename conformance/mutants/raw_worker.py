@@ -12,6 +12,7 @@ per-member-results         answers a BatchDispatch with one Result frame per mem
 retry-on-drain             reports RETRY for tasks abandoned by a drain
 no-close-on-shutdown       exits on SIGTERM without half-closing (and without results)
 ignore-deadline            never cancels a handler at Dispatch.deadline
+cancel-at-lease-deadline   cancels every handler at Dispatch.deadline, lease part included (RETRY)
 ignore-cancel              ignores Cancel frames
 exception-as-success       reports SUCCESS for a raising handler
 serial                     runs one task at a time whatever the concurrency
@@ -204,10 +205,11 @@ class RawWorker:
             return  # late dispatch: heartbeat it, never start it
         self.kinds[ids[0]] = tasks[0].type
         limit = deadline.ToNanoseconds() / 1e9 if deadline.ByteSize() else None
-        if limit is not None and limit >= time.time() + self.lease_ttl - 0.5:
-            limit = None  # the lease part of the deadline: heartbeats extend it
-        if tasks[0].type in UNCANCELLABLE:
-            limit = None
+        if self.mutation != "cancel-at-lease-deadline":
+            if limit is not None and limit >= time.time() + self.lease_ttl - 0.5:
+                limit = None  # the lease part of the deadline: heartbeats extend it
+            if tasks[0].type in UNCANCELLABLE:
+                limit = None
         job = asyncio.ensure_future(self._job(tasks, limit, batch))
         self.jobs[ids[0]] = job
 

@@ -26,6 +26,7 @@ WORKER_MUTANTS: dict[str, list[str]] = {
     "no-close-on-shutdown": ["sdk.9.closes-stream-on-shutdown"],
     "ignore-deadline": ["sdk.9.honours-dispatch-deadline"],
     "ignore-cancel": ["sdk.9.honours-cancel"],
+    "cancel-at-lease-deadline": ["worker.5.6.long-task-keeps-lease"],
     "exception-as-success": ["sdk.9.exception-maps-to-retry"],
     "serial": ["sdk.9.concurrent-up-to-concurrency-without-credit"],
     "sends-credit": ["sdk.9.concurrent-up-to-concurrency-without-credit"],
@@ -79,6 +80,17 @@ def test_connect_streaming_mutants_are_caught_like_their_grpc_twins() -> None:
         for m, results in out.items()
     }
     assert {m: w for m, w in wrong.items() if w} == {}
+
+
+def test_long_task_failure_says_what_happened() -> None:
+    """A lapsed lease and a handler cancelled at its own (lease) deadline get different explanations."""
+    ids = ["worker.5.6.long-task-keeps-lease"]
+    variants = {m: (ids, RAW_WORKER, {"MUTATION": m}) for m in ("no-heartbeat", "cancel-at-lease-deadline")}
+    out = asyncio.run(run_variants(variants))
+    lapsed, cancelled = out["no-heartbeat"][0], out["cancel-at-lease-deadline"][0]
+    assert lapsed.status is Status.FAIL and "lost its lease" in lapsed.detail, lapsed.detail
+    assert cancelled.status is Status.FAIL, cancelled.detail
+    assert "cancelled the handler at its Dispatch.deadline" in cancelled.detail, cancelled.detail
 
 
 def test_every_mutant_target_exists() -> None:
