@@ -32,6 +32,17 @@ WorkerCmdOpt = Annotated[
         help="Worker program for worker.* checks (default: conveyor conformance worker).",
     ),
 ]
+DeclaresOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--worker-declares",
+        help=(
+            "Extensions the worker program supports (comma-separated or repeated; 'none' for none), "
+            "instead of the line it prints: CONCURRENCY, CONVEYOR_TOKEN, DRAIN_GRACE_S, "
+            "conformance:cancellable, conformance:fail, conformance:skip, conformance:json."
+        ),
+    ),
+]
 OnlyOpt = Annotated[
     list[str] | None,
     typer.Option("--only", help="Check id, id prefix (e.g. server.5.6) or glob; repeatable."),
@@ -52,6 +63,7 @@ def run(  # noqa: PLR0917  # typer maps each option to one parameter
     server: ServerUrlOpt = None,
     token: TokenOpt = None,
     worker_cmd: WorkerCmdOpt = None,
+    worker_declares: DeclaresOpt = None,
     only: OnlyOpt = None,
     profile: ProfileOpt = "strict",
     json_file: Annotated[str | None, typer.Option("--json", help="Write a JSON report here.")] = None,
@@ -69,6 +81,7 @@ def run(  # noqa: PLR0917  # typer maps each option to one parameter
         fail(f"--profile must be strict or upstream, not {profile!r}", 2)
     if protocol not in ("grpc", "connect"):
         fail(f"--protocol must be grpc or connect, not {protocol!r}", 2)
+    declares = _declares(worker_declares)
     config = SuiteConfig(
         server=server,
         token=token,
@@ -78,9 +91,24 @@ def run(  # noqa: PLR0917  # typer maps each option to one parameter
         protocol=protocol,
         concurrency=concurrency,
         timing_scale=timing_scale,
+        declares=declares,
     )
     ok = _run_and_report(config, json_file, junit_file)
     raise typer.Exit(0 if ok else 1)
+
+
+def _declares(values: list[str] | None) -> tuple[str, ...] | None:
+    """``--worker-declares`` values as names (None when not given); unknown names are a usage error."""
+    if values is None:
+        return None
+    from conveyor_conformance.declare import EXTENSIONS, parse_names
+
+    names = parse_names(",".join(values))
+    unknown = sorted(n for n in names if n not in EXTENSIONS)
+    if unknown:
+        known = ", ".join(EXTENSIONS)
+        fail(f"--worker-declares: unknown extension(s) {', '.join(unknown)}; known: {known}", 2)
+    return tuple(sorted(names))
 
 
 def _run_and_report(config: SuiteConfig, json_file: str | None, junit_file: str | None) -> bool:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from conveyor_conformance._api import ApiClient
 from conveyor_conformance._session import RawSession, open_raw_session
-from conveyor_conformance.model import Check, CheckFailed, Requirement
+from conveyor_conformance.model import Check, CheckFailed, NotApplicable, Requirement
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk.errors import ConveyorError
@@ -44,6 +44,7 @@ class SuiteConfig:
     protocol: str = "grpc"  # session wire protocol for raw server checks
     concurrency: int = 6  # checks running at once
     timing_scale: float = 1.0  # multiply waits on slow machines
+    declares: tuple[str, ...] | None = None  # worker extensions; None = read the program's declaration
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,15 @@ class SuiteEnv:
     worker_env: dict[str, str] = field(default_factory=dict)
     api: ApiClient | None = None
     notes: list[str] = field(default_factory=list)
+    declared: frozenset[str] | None = None  # worker-program extensions (conveyor_conformance.declare)
+    declared_from: str = ""
+
+    def undeclared(self, names: frozenset[str]) -> str:
+        """Why a check needing extensions ``names`` is n/a ('' when all are declared)."""
+        missing = sorted(n for n in names if n not in (self.declared or frozenset()))
+        if not missing:
+            return ""
+        return f"n/a (program does not declare {', '.join(missing)})"
 
     def missing(self, requires: frozenset[Requirement]) -> str:
         """Why the environment cannot run a check with ``requires`` ('' when it can)."""
@@ -122,6 +132,15 @@ class CheckContext:
     def heartbeat_interval(self) -> float:
         """The server's advertised heartbeat interval (seconds)."""
         return self.env.facts.heartbeat_interval if self.env.facts else 20.0
+
+    def declares(self, name: str) -> bool:
+        """True when the worker program declared extension ``name`` (see conveyor_conformance.declare)."""
+        return name in (self.env.declared or frozenset())
+
+    def need(self, name: str, why: str = "") -> None:
+        """Raise NotApplicable unless the worker program declared ``name``."""
+        if not self.declares(name):
+            raise NotApplicable(f"n/a (program does not declare {name}){': ' + why if why else ''}")
 
     def t(self, seconds: float) -> float:
         """A wait scaled for slow machines."""

@@ -82,6 +82,7 @@ class Check:
     requires: frozenset[Requirement] = frozenset()
     divergence: str = ""  # known upstream conveyord difference (server-behavior.md §15), if any
     timeout: float = 60.0
+    declares: frozenset[str] = frozenset()  # worker extensions it needs (conveyor_conformance.declare)
 
 
 @dataclass(frozen=True, slots=True)

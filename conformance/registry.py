@@ -83,9 +83,15 @@ def check(
     requires: Iterable[Requirement] = (),
     divergence: str = "",
     timeout: float = 60.0,
+    declares: Iterable[str] = (),
     registry: Registry | None = None,
 ) -> Callable[[CheckFn], CheckFn]:
-    """Decorator registering an async check function under ``id``."""
+    """Decorator registering an async check function under ``id``.
+
+    ``declares`` names worker-program extensions the check cannot run without
+    (see :mod:`conveyor_conformance.declare`); a program that does not declare one
+    gets ``n/a (program does not declare X)``.
+    """
     family = Family(id.split(".", 1)[0])
 
     def register(fn: CheckFn) -> CheckFn:
@@ -99,6 +105,7 @@ def check(
                 requires=frozenset(requires),
                 divergence=divergence,
                 timeout=timeout,
+                declares=frozenset(declares),
             )
         )
         return fn

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 if TYPE_CHECKING:
     from conveyor_sdk.testing import ScriptedPeer
 
-__all__ = ["Conversation", "Seen", "has_result", "open_conversation", "ready_conversation"]
+__all__ = ["Conversation", "Seen", "has_result", "open_conversation", "ready_conversation", "slots"]
 
 
 @dataclass(slots=True)
@@ -60,6 +61,10 @@ class Conversation:
         self.hello: pb.Hello | None = None
         self.seen = Seen()
         self._reader: asyncio.Task[None] | None = None
+        # What a server does on the client's half-close: answer it with a clean end. A check that
+        # must keep dispatching after the half-close (§5.10) sets this False and ends the stream itself.
+        self.end_on_half_close = True
+        self.half_closed_at: float | None = None
 
     async def accept(self, within: float = 30.0) -> pb.Hello:
         """Accept the next stream and read its first frame (must be Hello)."""
@@ -95,7 +100,8 @@ class Conversation:
             msg = await sess.recv(timeout=3600)
             if msg is None:
                 self.seen.closed = True
-                if sess.client_half_closed:
+                self.half_closed_at = time.monotonic()
+                if sess.client_half_closed and self.end_on_half_close:
                     await sess.end()  # as a server does: a clean end answers the half-close
                 return
             self.seen.frames.append((time.monotonic(), msg))
@@ -113,6 +119,11 @@ class Conversation:
             self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
 
+    async def end_quietly(self) -> None:
+        """End the stream cleanly if it is still open (the client may have reset it meanwhile)."""
+        with contextlib.suppress(Exception):  # h2 StreamClosedError after a client reset
+            await self.sess.end()
+
     async def send(self, msg: pb.ServerMessage) -> None:
         """Send one server frame."""
         await self.sess.send(msg)
@@ -123,7 +134,7 @@ class Conversation:
         type_: str = "conformance:task",
         *,
         deadline_in: float = 60.0,
-        payload: bytes = b"",
+        payload: bytes = b'{"n":1}',
         content_type: str = "application/json",
         options: tpb.TaskOptions | None = None,
     ) -> None:
@@ -147,11 +158,22 @@ class Conversation:
     ) -> None:
         """Send a BatchDispatch of ``ids`` in group 'g'."""
         tasks = [
-            tpb.TaskEnvelope(id=i, queue=self.ctx.queue, type=type_, content_type="application/json")
+            tpb.TaskEnvelope(
+                id=i, queue=self.ctx.queue, type=type_, payload=b'{"n":1}', content_type="application/json"
+            )
             for i in ids
         ]
         bd = pb.BatchDispatch(tasks=tasks, deadline=ts(time.time() + deadline_in), group="g")
         await self.send(pb.ServerMessage(batch_dispatch=bd))
+
+    async def until_opened(self, n: int, within: float = 30.0) -> None:
+        """Wait until the program opened ``n`` session streams in all (accepted or rejected)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.ctx.t(within)
+        while self.peer.sessions_opened < n:
+            if loop.time() > end:
+                raise CheckFailed(f"the worker opened no session within {within:g}s; {self.proc.tail(3)}")
+            await asyncio.sleep(0.02)
 
     async def until(self, pred: Callable[[Seen], bool], what: str, within: float = 10.0) -> None:
         """Wait until ``pred(seen)``; CheckFailed naming ``what`` otherwise."""
@@ -172,13 +194,12 @@ async def open_conversation(
     sleep_ms: int = 0,
     concurrency: int = 2,
     extra: dict[str, str] | None = None,
-    protocol: str = "grpc",
     require_token: str | None = None,
 ) -> Conversation:
-    """Start a ScriptedPeer and the worker program pointed at it."""
+    """Start a ScriptedPeer (answering in the program's own protocol) and the program pointed at it."""
     from conveyor_sdk.testing import ScriptedPeer
 
-    peer = ScriptedPeer(protocol, require_token=require_token)
+    peer = ScriptedPeer(require_token=require_token)
     await peer.__aenter__()
     ctx.on_close(peer.aclose)
     env = {"CONCURRENCY": str(concurrency), **(extra or {})}
@@ -188,12 +209,20 @@ async def open_conversation(
     return conv
 
 
-async def ready_conversation(ctx: CheckContext, *, sleep_ms: int = 0, concurrency: int = 2) -> Conversation:
+async def ready_conversation(
+    ctx: CheckContext, *, sleep_ms: int = 0, concurrency: int = 2, extra: dict[str, str] | None = None
+) -> Conversation:
     """A worker program that said Hello and got a Welcome (heartbeat_interval 0.3 s)."""
-    conv = await open_conversation(ctx, sleep_ms=sleep_ms, concurrency=concurrency)
+    conv = await open_conversation(ctx, sleep_ms=sleep_ms, concurrency=concurrency, extra=extra)
     await conv.accept()
     await conv.welcome(heartbeat=0.3)
     return conv
+
+
+def slots(conv: Conversation, want: int) -> int:
+    """How many tasks a check may have in flight: ``want``, capped by the Hello's concurrency."""
+    declared = conv.hello.concurrency if conv.hello is not None else 1
+    return max(1, min(want, declared))
 
 
 def has_result(task_id: str, n: int = 1) -> Callable[[Seen], bool]:

@@ -69,9 +69,15 @@ async def start_worker(
     sleep_ms: int = 0,
     extra: Mapping[str, str] | None = None,
 ) -> WorkerProcess:
-    """Start ``env.worker_cmd`` with the contract's environment; stopped when the check ends."""
+    """Start ``env.worker_cmd`` with the contract's environment; stopped when the check ends.
+
+    Against a server that requires a token, a program that does not declare ``CONVEYOR_TOKEN``
+    makes the check n/a (it could not authenticate).
+    """
     cmd = ctx.env.worker_cmd
     assert cmd, "no worker command"
+    if addr == ctx.env.url and ctx.env.token and scenario != "bad-hello":
+        ctx.need("CONVEYOR_TOKEN", "the server under test requires a bearer token")
     env = dict(os.environ)
     env.update(ctx.env.worker_env)
     env.update({"CONVEYOR_ADDR": addr, "SCENARIO": scenario, "SLEEP_MS": str(sleep_ms), "QUEUE": ctx.queue})

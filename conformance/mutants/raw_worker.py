@@ -1,7 +1,8 @@
 """A compact worker on raw session frames, faithful by default, broken on request.
 
-Same environment contract as ``conveyor conformance worker`` (CONVEYOR_ADDR,
-CONVEYOR_TOKEN, QUEUE, SLEEP_MS, SCENARIO, CONCURRENCY) plus ``MUTATION``:
+Same environment contract and declared extensions as ``conveyor conformance worker``
+(CONVEYOR_ADDR, CONVEYOR_TOKEN, QUEUE, SLEEP_MS, SCENARIO, CONCURRENCY; CONVEYOR_PROTOCOL
+``grpc`` or ``connect`` for the session) plus ``MUTATION``:
 
 none                       faithful reference implementation
 no-heartbeat               never sends Heartbeat
@@ -11,12 +12,17 @@ per-member-results         answers a BatchDispatch with one Result frame per mem
 retry-on-drain             reports RETRY for tasks abandoned by a drain
 no-close-on-shutdown       exits on SIGTERM without half-closing (and without results)
 ignore-deadline            never cancels a handler at Dispatch.deadline
+cancel-at-lease-deadline   cancels every handler at Dispatch.deadline, lease part included (RETRY)
 ignore-cancel              ignores Cancel frames
 exception-as-success       reports SUCCESS for a raising handler
 serial                     runs one task at a time whatever the concurrency
 sends-credit               sends a Credit frame after every Result
 crash-on-ping              treats Ping as a protocol error and exits
 reconnect-no-jitter        reconnects after exactly the backoff ceiling
+jitter-ceiling-doubled     full jitter, but the ceiling doubles once too often (0.5 s * 2^(n+1))
+group-key-heartbeat        lists a batch's group key in Heartbeats instead of its member ids
+drop-late-dispatch         drops a Dispatch arriving while draining (neither heartbeated nor started)
+no-handlers                declares every extension but handles only conformance:task / :batch
 no-reset-backoff           never resets the reconnect counter after Welcome (no jitter either)
 reconnect-on-fatal         reconnects after unauthenticated / invalid_argument
 start-late-dispatch        runs a Dispatch that arrives while draining
@@ -44,6 +50,11 @@ __all__ = ["RawWorker", "main"]
 
 FATAL = {Code.UNAUTHENTICATED, Code.PERMISSION_DENIED, Code.INVALID_ARGUMENT}
 SUCCESS, RETRY, SKIP, RELEASED = 1, 2, 3, 4
+DECLARATION = (
+    "conveyor-conformance: supports CONCURRENCY CONVEYOR_TOKEN DRAIN_GRACE_S "
+    "conformance:cancellable conformance:fail conformance:skip conformance:json"
+)
+UNCANCELLABLE = ("conformance:task", "conformance:batch")  # they ignore cancellation (upstream contract)
 
 
 class RawWorker:
@@ -55,10 +66,14 @@ class RawWorker:
         self.queue = env.get("QUEUE", "default")
         self.sleep = int(env.get("SLEEP_MS", "0")) / 1000
         self.concurrency = int(env.get("CONCURRENCY", "4"))
+        self.grace = float(env.get("DRAIN_GRACE_S", "4"))
         self.mutation = env.get("MUTATION", "none")
+        self.protocol: Any = "connect" if env.get("CONVEYOR_PROTOCOL") == "connect" else "grpc"
         self.stopping = asyncio.Event()
         self.slots = asyncio.Semaphore(1 if self.mutation == "serial" else self.concurrency)
         self.jobs: dict[str, asyncio.Task[None]] = {}
+        self.kinds: dict[str, str] = {}
+        self.groups: dict[str, str] = {}
         self.inflight: list[str] = []
         self.sess: Any = None
         self.draining = False
@@ -92,7 +107,8 @@ class RawWorker:
                 return 3
             if self.stopping.is_set():
                 break
-            ceiling = min(30.0, 0.5 * 2**failures)
+            doubled = 1 if self.mutation == "jitter-ceiling-doubled" else 0
+            ceiling = min(30.0, 0.5 * 2 ** (failures + doubled))
             exact = self.mutation in ("reconnect-no-jitter", "no-reset-backoff")
             delay = ceiling if exact else random.uniform(0, ceiling)
             failures += 1
@@ -103,7 +119,8 @@ class RawWorker:
     async def _session_once(self) -> Any:
         welcomed = False
         try:
-            self.sess = await open_session(self.url, TransportOptions(token=self.token))
+            options = TransportOptions(token=self.token, protocol=self.protocol)
+            self.sess = await open_session(self.url, options)
             hello = pb.Hello(
                 queues={self.queue: 1},
                 concurrency=self.concurrency,
@@ -149,7 +166,7 @@ class RawWorker:
             os._exit(0)
         jobs = list(self.jobs.values())
         if jobs:
-            await asyncio.wait(jobs, timeout=4)
+            await asyncio.wait(jobs, timeout=self.grace)
         for task_id, job in list(self.jobs.items()):
             job.cancel()
             outcome = RETRY if self.mutation == "retry-on-drain" else RELEASED
@@ -166,22 +183,33 @@ class RawWorker:
             if kind == "dispatch":
                 self._start([msg.dispatch.task], msg.dispatch.deadline, batch=False)
             elif kind == "batch_dispatch":
-                self._start(list(msg.batch_dispatch.tasks), msg.batch_dispatch.deadline, batch=True)
+                bd = msg.batch_dispatch
+                self._start(list(bd.tasks), bd.deadline, batch=True, group=bd.group)
             elif kind == "cancel" and self.mutation != "ignore-cancel":
                 job = self.jobs.get(msg.cancel.task_id)
-                if job is not None:
+                if job is not None and self.kinds.get(msg.cancel.task_id) not in UNCANCELLABLE:
                     job.cancel()
             elif kind == "ping" and self.mutation == "crash-on-ping":
                 raise ConveyorError("unexpected Ping")
 
-    def _start(self, tasks: list[Any], deadline: Any, *, batch: bool) -> None:
+    def _start(self, tasks: list[Any], deadline: Any, *, batch: bool, group: str = "") -> None:
         ids = [t.id for t in tasks]
-        self.inflight.extend(ids)
+        if self.draining and self.mutation == "drop-late-dispatch":
+            return
+        if batch and self.mutation == "group-key-heartbeat":
+            self.inflight.append(group)
+            self.groups[ids[0]] = group
+        else:
+            self.inflight.extend(ids)
         if self.draining and self.mutation != "start-late-dispatch":
             return  # late dispatch: heartbeat it, never start it
+        self.kinds[ids[0]] = tasks[0].type
         limit = deadline.ToNanoseconds() / 1e9 if deadline.ByteSize() else None
-        if limit is not None and limit >= time.time() + self.lease_ttl - 0.5:
-            limit = None  # the lease part of the deadline: heartbeats extend it
+        if self.mutation != "cancel-at-lease-deadline":
+            if limit is not None and limit >= time.time() + self.lease_ttl - 0.5:
+                limit = None  # the lease part of the deadline: heartbeats extend it
+            if tasks[0].type in UNCANCELLABLE:
+                limit = None
         job = asyncio.ensure_future(self._job(tasks, limit, batch))
         self.jobs[ids[0]] = job
 
@@ -206,12 +234,15 @@ class RawWorker:
         except TimeoutError:
             return [(RETRY, "deadline exceeded", b"")] * len(tasks)
 
-    async def _handle(self, kind: str, tasks: list[Any]) -> list[tuple[int, str, bytes]]:
-        if kind in ("conformance:task", "conformance:batch"):
+    async def _handle(self, kind: str, tasks: list[Any]) -> list[tuple[int, str, bytes]]:  # noqa: PLR0911
+        if kind in (*UNCANCELLABLE, "conformance:cancellable"):
             await asyncio.sleep(self.sleep)
             return [(SUCCESS, "", b"")] * len(tasks)
+        if self.mutation == "no-handlers":
+            return [(RETRY, f"no handler registered for {kind!r}", b"")] * len(tasks)
         if kind == "conformance:fail":
-            return [(SUCCESS if self.mutation == "exception-as-success" else RETRY, "handler raised", b"")]
+            outcome = SUCCESS if self.mutation == "exception-as-success" else RETRY
+            return [(outcome, f"handler raised {_marker(tasks[0].payload)}", b"")]
         if kind == "conformance:skip":
             return [(SKIP, "permanent failure", b"")]
         if kind == "conformance:json":
@@ -227,9 +258,9 @@ class RawWorker:
             pb.Result(task_id=t.id, outcome=o, error_msg=e, result=r)  # type: ignore[arg-type]
             for t, (o, e, r) in zip(tasks, outcomes, strict=True)
         ]
-        for t in tasks:
+        for key in [t.id for t in tasks] + [self.groups.pop(tasks[0].id, "")]:
             with contextlib.suppress(ValueError):
-                self.inflight.remove(t.id)
+                self.inflight.remove(key)
         if batch and self.mutation != "per-member-results":
             await self.sess.send(pb.WorkerMessage(batch_result=pb.BatchResult(results=results)))
         else:
@@ -258,11 +289,20 @@ class RawWorker:
                 await self.sess.send(pb.WorkerMessage(heartbeat=pb.Heartbeat(active_task_ids=ids)))
 
 
+def _marker(payload: bytes) -> str:
+    try:
+        value = json.loads(payload or b"{}")
+    except ValueError:
+        return ""
+    return str(value.get("marker", "")) if isinstance(value, dict) else ""
+
+
 def main(env: Mapping[str, str] | None = None) -> int:
     """Entry point; returns the exit code."""
     env = os.environ if env is None else env
     if env.get("SCENARIO", "sleep") == "bad-hello":
         return 2 if env.get("MUTATION") == "accept-bad-hello" else 1
+    print(DECLARATION, flush=True)
     return asyncio.run(RawWorker(env).run())
 
 

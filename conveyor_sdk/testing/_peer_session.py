@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
+from google.protobuf import json_format  # type: ignore[import-untyped]  # protobuf ships no stubs
+from google.protobuf.message import Message  # type: ignore[import-untyped]
 from h2.errors import ErrorCodes
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
@@ -21,9 +23,28 @@ from conveyor_sdk.errors import Code, error_for_code
 if TYPE_CHECKING:
     from conveyor_sdk.testing._peer_conn import PeerConnection
 
-__all__ = ["PeerSession"]
+__all__ = ["PeerSession", "wire_format"]
 
 CONTENT_TYPES = {"grpc": "application/grpc", "connect": "application/connect+proto"}
+
+Codec = Literal["proto", "json"]
+
+
+def wire_format(headers: dict[str, str], forced: str) -> tuple[str, Codec]:
+    """The (protocol, codec) to answer a stream in: the client's own, unless ``forced``.
+
+    ``application/grpc`` / ``application/grpc+proto`` / ``+json`` is gRPC;
+    ``application/connect+proto`` / ``+json`` is Connect streaming. An unknown content
+    type is answered in gRPC (binary proto) so the client sees a well-formed error end.
+    """
+    if forced != "auto":
+        return forced, "proto"
+    ctype = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    base, _, suffix = ctype.partition("+")
+    codec: Codec = "json" if suffix == "json" else "proto"
+    if base == "application/connect":
+        return "connect", codec
+    return "grpc", codec if base == "application/grpc" else "proto"
 
 
 class PeerSession:
@@ -31,6 +52,11 @@ class PeerSession:
 
     Attributes:
         headers: the request headers (lower-case names; pseudo-headers included).
+        protocol: ``"grpc"`` or ``"connect"``: the protocol this stream is answered in
+            (the client's own unless the peer was created with a fixed protocol).
+        codec: ``"proto"`` or ``"json"``: how messages are encoded both ways.
+        content_type: the request's ``content-type`` header as sent by the client.
+        opened_at: event-loop time at which the request headers arrived.
         stream_id: the HTTP/2 stream id.
         client_half_closed: True once the client sent END_STREAM.
         client_reset: the RST_STREAM error code the client sent, or None.
@@ -40,7 +66,9 @@ class PeerSession:
         self._conn = conn
         self.stream_id = stream_id
         self.headers = headers
-        self.protocol = protocol
+        self.content_type = headers.get("content-type", "")
+        self.opened_at = asyncio.get_running_loop().time()  # when the request HEADERS arrived
+        self.protocol, self.codec = wire_format(headers, protocol)
         self.client_half_closed = False
         self.client_reset: int | None = None
         self.headers_sent = False
@@ -73,9 +101,22 @@ class PeerSession:
         data = await self.recv_raw(timeout)
         if data is None:
             return None
-        msg = pb.WorkerMessage()
-        msg.ParseFromString(data)
+        return self._decode(data, pb.WorkerMessage())
+
+    def _decode(self, data: bytes, msg: pb.WorkerMessage) -> pb.WorkerMessage:
+        if self.codec == "json":
+            json_format.Parse(data, msg, ignore_unknown_fields=True)
+        else:
+            msg.ParseFromString(data)
         return msg
+
+    def encode(self, msg: Message) -> bytes:
+        """``msg`` encoded in this stream's codec (binary proto or proto3 JSON)."""
+        if self.codec == "json":
+            text: str = json_format.MessageToJson(msg, indent=None)
+            return text.encode()
+        data: bytes = msg.SerializeToString()
+        return data
 
     async def wait_closed_by_client(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109  # per-call timeouts are the documented test API
         """Wait until the client half-closed or reset the stream."""
@@ -96,14 +137,21 @@ class PeerSession:
             return
         self.headers_sent = True
         if not any(name == "content-type" for name, _ in extra):
-            extra = (("content-type", CONTENT_TYPES[self.protocol]), *extra)
+            extra = (("content-type", self.response_content_type), *extra)
         headers = [(":status", str(status)), *extra]
         self._conn.h2.send_headers(self.stream_id, headers)
         await self._conn.flush()
 
+    @property
+    def response_content_type(self) -> str:
+        """The ``content-type`` this stream answers with (matches the request's protocol and codec)."""
+        if self.protocol == "connect":
+            return f"application/connect+{self.codec}"
+        return CONTENT_TYPES["grpc"] if self.codec == "proto" else "application/grpc+json"
+
     async def send(self, msg: pb.ServerMessage) -> None:
-        """Send one ``ServerMessage`` (waits for flow-control window as needed)."""
-        await self.send_raw(msg.SerializeToString())
+        """Send one ``ServerMessage`` in the stream's codec (waits for flow-control window as needed)."""
+        await self.send_raw(self.encode(msg))
 
     async def send_raw(self, data: bytes, *, framed: bool = False, end_stream: bool = False) -> None:
         """Send raw message bytes; ``framed=True`` sends ``data`` verbatim as DATA."""
@@ -112,7 +160,11 @@ class PeerSession:
         self.ended = self.ended or end_stream
 
     async def end(self, code: Code | None = None, message: str = "") -> None:
-        """Finish the stream: gRPC trailers / Connect end-of-stream message. ``code=None`` means OK."""
+        """Finish the stream: gRPC trailers / Connect end-of-stream message. ``code=None`` means OK.
+
+        This is the only way the peer closes its send side in an orderly way: a client's
+        half-close alone never ends the stream, so a script may keep sending after it.
+        """
         if self.ended:
             return
         if self.protocol == "connect":
@@ -125,7 +177,7 @@ class PeerSession:
             trailers.append(("grpc-message", grpc_message_encode(message)))
         if not self.headers_sent:  # Trailers-Only response
             self.headers_sent = True
-            headers = [(":status", "200"), ("content-type", CONTENT_TYPES["grpc"]), *trailers]
+            headers = [(":status", "200"), ("content-type", self.response_content_type), *trailers]
             self._conn.h2.send_headers(self.stream_id, headers, end_stream=True)
         else:
             self._conn.h2.send_headers(self.stream_id, trailers, end_stream=True)

@@ -2,9 +2,12 @@
 
 It speaks just enough gRPC or Connect streaming to host a ``WorkerService/Session``
 stream and hands each opened stream to the test script, which decides what to
-send and how to end it::
+send and how to end it. By default (``protocol="auto"``) every stream is answered
+in the client's own protocol and codec, read from its request ``content-type``:
+gRPC, or Connect streaming with binary proto or JSON; errors end the stream the
+same way (gRPC trailers, or a Connect end-of-stream message carrying the error)::
 
-    async with ScriptedPeer(protocol="grpc") as peer:
+    async with ScriptedPeer() as peer:
         stream = await open_session(peer.url, TransportOptions())
         sess = await peer.accept()
         hello = await sess.recv()
@@ -12,7 +15,9 @@ send and how to end it::
         await sess.end(Code.UNAVAILABLE, "going away")
 
 It binds 127.0.0.1 on port 0 (``peer.url`` tells the address) and never
-validates frames: the script does.
+validates frames: the script does. A client's half-close never ends a stream by
+itself: the peer's send side stays open until the script calls ``end`` (or
+``reset``), as §5.10 lets a server keep dispatching until it answers the close.
 """
 
 from __future__ import annotations
@@ -46,7 +51,9 @@ class ScriptedPeer:
     """An asyncio HTTP/2 server on 127.0.0.1:0 whose sessions a test drives by hand.
 
     Args:
-        protocol: ``"grpc"`` or ``"connect"`` (which framing and status encoding to use).
+        protocol: ``"auto"`` (default: answer each stream in the client's own protocol and
+            codec), or ``"grpc"`` / ``"connect"`` to force one (binary proto), e.g. to test
+            how a client copes with a server answering in the wrong protocol.
         require_token: when set, streams without ``authorization: Bearer <token>`` are
             rejected with ``unauthenticated`` (they still count in ``sessions_opened``).
         ssl: a server-side TLS context; the URL becomes ``https://``. Offer ALPN ``h2`` on it
@@ -54,15 +61,16 @@ class ScriptedPeer:
     """
 
     def __init__(
-        self, protocol: str = "grpc", *, require_token: str | None = None, ssl: _ssl.SSLContext | None = None
+        self, protocol: str = "auto", *, require_token: str | None = None, ssl: _ssl.SSLContext | None = None
     ) -> None:
-        if protocol not in ("grpc", "connect"):
-            raise ValueError(f"protocol must be 'grpc' or 'connect', not {protocol!r}")
+        if protocol not in ("auto", "grpc", "connect"):
+            raise ValueError(f"protocol must be 'auto', 'grpc' or 'connect', not {protocol!r}")
         self.protocol = protocol
         self.require_token = require_token
         self._ssl = ssl
         self.url = ""
         self.sessions_opened = 0
+        self.streams: list[PeerSession] = []  # every stream opened, accepted or rejected, in order
         self.connections: list[PeerConnection] = []
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -149,6 +157,7 @@ class ScriptedPeer:
 
     def _on_request(self, session: PeerSession) -> None:
         self.sessions_opened += 1
+        self.streams.append(session)
         rejection = self._rejections.popleft() if self._rejections else None
         token = self.require_token
         if (

@@ -20,14 +20,20 @@ def failing(results: Sequence[CheckResult]) -> dict[str, str]:
 
 
 async def run_variants(
-    variants: dict[str, tuple[Sequence[str], str, dict[str, str]]], *, concurrency: int = 8
+    variants: dict[str, tuple[Sequence[str], str, dict[str, str]]],
+    *,
+    concurrency: int = 8,
+    declares: tuple[str, ...] | None = None,
 ) -> dict[str, list[CheckResult]]:
-    """Run several (check ids, worker command, worker env) variants against one started server."""
+    """Run several (check ids, worker command, worker env) variants against one started server.
+
+    Each variant reads its own program's declaration line unless ``declares`` is given.
+    """
     import shlex
 
     reg = default_registry()
     every = [reg.get(i) for ids, _, _ in variants.values() for i in ids]
-    config = SuiteConfig(concurrency=concurrency)
+    config = SuiteConfig(concurrency=concurrency, declares=declares)
     async with prepared_env(config, every) as base:
         gate = asyncio.Semaphore(concurrency)
 

@@ -52,6 +52,15 @@ def test_usage_errors_exit_two() -> None:
     assert out.returncode == 2 and "no check matches" in out.stderr and "Traceback" not in out.stderr
     out = _run("run", "--profile", "lenient")
     assert out.returncode == 2 and "--profile" in out.stderr
+    out = _run("run", "--worker-declares", "CONCURRENCY,conformance:bogus")
+    assert out.returncode == 2 and "unknown extension(s) conformance:bogus" in out.stderr
+
+
+def test_worker_declares_flag_replaces_the_declaration_line() -> None:
+    """--worker-declares none makes extension-bound checks n/a even when the program declares them."""
+    out = _run("run", "--only", "sdk.9.outcome-mapping", "--worker-declares", "none")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "n/a" in out.stdout and "conformance:skip" in out.stdout
 
 
 def test_list_shows_every_check() -> None:

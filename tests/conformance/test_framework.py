@@ -198,3 +198,92 @@ def test_json_and_junit_reports(tmp_path: Path) -> None:
     parsed = ET.parse(tmp_path / "r.xml").getroot()
     names = [case.get("name") for case in parsed.iter("testcase")]
     assert "server.1.broken" in names and len(names) == 8
+
+
+def _raising_registry() -> Registry:
+    reg = Registry()
+
+    @check("sdk.1.json-crash", section="1", description="raises JSONDecodeError", registry=reg)
+    async def json_crash(ctx: object) -> str:
+        return str(json.loads(b"not json"))
+
+    @check("sdk.1.cancel-crash", section="1", description="raises CancelledError", registry=reg)
+    async def cancel_crash(ctx: object) -> str:
+        raise asyncio.CancelledError
+
+    @check("sdk.1.multiline-crash", section="1", description="raises with a long message", registry=reg)
+    async def multiline(ctx: object) -> str:
+        raise RuntimeError("first line\nsecond line\n" + "x" * 1000)
+
+    @check("sdk.1.after", section="1", description="runs after the crashes", registry=reg)
+    async def after(ctx: object) -> str:
+        return "still ran"
+
+    return reg
+
+
+def test_a_check_that_raises_is_an_error_with_one_line_and_never_aborts_the_run() -> None:
+    """Any exception in a check (even CancelledError) is `error` with a one-line reason; later checks run."""
+    env = _env()
+    env.declared = frozenset()
+    results = asyncio.run(run_checks(list(_raising_registry()), env))
+    got = {r.id: r for r in results}
+    assert [r.status for r in results] == [Status.ERROR, Status.ERROR, Status.ERROR, Status.PASS]
+    assert "JSONDecodeError" in got["sdk.1.json-crash"].detail
+    assert "CancelledError" in got["sdk.1.cancel-crash"].detail
+    for r in results:
+        assert "\n" not in r.detail and len(r.detail) <= 300, r.detail
+    assert got["sdk.1.after"].detail == "still ran"
+
+
+def test_undeclared_extension_is_not_applicable() -> None:
+    """A check needing an extension the program did not declare is n/a naming it; a declared one runs."""
+    reg = Registry()
+
+    @check("sdk.2.needs-fail", section="2", description="x", registry=reg, declares=["conformance:fail"])
+    async def needs(ctx: object) -> str:
+        return "ran"
+
+    env = _env()
+    env.declared = frozenset({"CONCURRENCY"})
+    (result,) = asyncio.run(run_checks(list(reg), env))
+    assert result.status is Status.NOT_APPLICABLE
+    assert result.detail == "n/a (program does not declare conformance:fail)"
+    env.declared = frozenset({"conformance:fail"})
+    (result,) = asyncio.run(run_checks(list(reg), env))
+    assert result.status is Status.PASS
+
+
+def test_declaration_line_parsing() -> None:
+    """The declaration line is found behind a log prefix; commas, spaces and `none` are understood."""
+    from conveyor_conformance.declare import parse_declaration, parse_names
+
+    out = "starting\n2026-01-01 INFO conveyor-conformance: supports CONCURRENCY, conformance:fail\nok\n"
+    assert parse_declaration(out) == frozenset({"CONCURRENCY", "conformance:fail"})
+    assert parse_declaration("no declaration here\n") is None
+    assert parse_names("none") == frozenset()
+    assert parse_names("A,B C") == frozenset({"A", "B", "C"})
+
+
+_SILENT_PROGRAM = """
+import asyncio, os
+from conveyor_sdk._transport import TransportOptions, open_session
+async def main():
+    stream = await open_session(os.environ["CONVEYOR_ADDR"], TransportOptions())
+    await asyncio.sleep(60)
+asyncio.run(main())
+"""
+
+
+def test_probe_reads_the_declaration_or_finds_none() -> None:
+    """Probing our worker program yields its declaration; one that connects without it declares nothing."""
+    import sys
+
+    from conveyor_conformance.declare import EXTENSIONS, probe_declarations
+
+    ours, how = asyncio.run(
+        probe_declarations([sys.executable, "-m", "conveyor_conformance.worker_program"], {})
+    )
+    assert ours == frozenset(EXTENSIONS) and "declaration line" in how
+    silent, how = asyncio.run(probe_declarations([sys.executable, "-c", _SILENT_PROGRAM], {}))
+    assert silent == frozenset() and "no declaration" in how

@@ -6,6 +6,8 @@ import asyncio
 import os
 import sys
 
+import pytest
+
 from conveyor_conformance import Status, SuiteConfig, default_registry, run_suite
 from conveyor_conformance.harness import SHORT_TIMINGS, stop_server
 from conveyor_server_min.testing import ServerProcess
@@ -24,18 +26,38 @@ WORKER_MUTANTS: dict[str, list[str]] = {
     "no-close-on-shutdown": ["sdk.9.closes-stream-on-shutdown"],
     "ignore-deadline": ["sdk.9.honours-dispatch-deadline"],
     "ignore-cancel": ["sdk.9.honours-cancel"],
+    "cancel-at-lease-deadline": ["worker.5.6.long-task-keeps-lease"],
     "exception-as-success": ["sdk.9.exception-maps-to-retry"],
     "serial": ["sdk.9.concurrent-up-to-concurrency-without-credit"],
     "sends-credit": ["sdk.9.concurrent-up-to-concurrency-without-credit"],
     "crash-on-ping": ["sdk.9.tolerates-ping"],
     "reconnect-no-jitter": ["sdk.9.reconnects-with-full-jitter"],
+    "jitter-ceiling-doubled": ["sdk.9.reconnects-with-full-jitter"],
+    "group-key-heartbeat": ["sdk.9.heartbeats-every-inflight-id", "worker.5.11.batch-keeps-leases"],
+    "drop-late-dispatch": ["sdk.5.10.late-dispatch-heartbeated-not-started"],
+    "no-handlers": ["sdk.9.exception-maps-to-retry", "sdk.3.unknown-content-type-is-an-error"],
     "no-reset-backoff": ["sdk.9.reconnect-counter-resets-after-welcome"],
-    "reconnect-on-fatal": ["sdk.9.stops-on-fatal-unauthenticated", "sdk.9.stops-on-fatal-protocol-error"],
+    "reconnect-on-fatal": [
+        "sdk.9.stops-on-fatal-unauthenticated",
+        "sdk.9.stops-on-fatal-protocol-error",
+        "sdk.9.stops-on-fatal-protocol-error-before-welcome",
+    ],
     "accept-bad-hello": ["worker.5.2.bad-hello-rejected-locally"],
     "start-late-dispatch": ["sdk.5.10.late-dispatch-heartbeated-not-started"],
 }
 
 
+# The deviations found in the upstream SDK snapshots; each is also run speaking Connect streaming.
+CONNECT_TWINS = [
+    "no-heartbeat-during-drain",
+    "drop-late-dispatch",
+    "group-key-heartbeat",
+    "per-member-results",
+    "accept-bad-hello",
+]
+
+
+@pytest.mark.timeout(400)
 def test_each_worker_mutant_fails_the_checks_it_breaks() -> None:
     """Every raw-worker mutation makes its target checks FAIL (not error, not pass)."""
     variants = {m: (ids, RAW_WORKER, {"MUTATION": m}) for m, ids in WORKER_MUTANTS.items()}
@@ -45,6 +67,30 @@ def test_each_worker_mutant_fails_the_checks_it_breaks() -> None:
         for m, results in out.items()
     }
     assert {m: w for m, w in wrong.items() if w} == {}
+
+
+@pytest.mark.timeout(400)
+def test_connect_streaming_mutants_are_caught_like_their_grpc_twins() -> None:
+    """The upstream-style deviations fail the same checks when the mutant speaks Connect streaming."""
+    env = {"CONVEYOR_PROTOCOL": "connect"}
+    variants = {m: (WORKER_MUTANTS[m], RAW_WORKER, {"MUTATION": m, **env}) for m in CONNECT_TWINS}
+    out = asyncio.run(run_variants(variants, concurrency=8))
+    wrong = {
+        m: {r.id: f"{r.status.value}: {r.detail}" for r in results if r.status is not Status.FAIL}
+        for m, results in out.items()
+    }
+    assert {m: w for m, w in wrong.items() if w} == {}
+
+
+def test_long_task_failure_says_what_happened() -> None:
+    """A lapsed lease and a handler cancelled at its own (lease) deadline get different explanations."""
+    ids = ["worker.5.6.long-task-keeps-lease"]
+    variants = {m: (ids, RAW_WORKER, {"MUTATION": m}) for m in ("no-heartbeat", "cancel-at-lease-deadline")}
+    out = asyncio.run(run_variants(variants))
+    lapsed, cancelled = out["no-heartbeat"][0], out["cancel-at-lease-deadline"][0]
+    assert lapsed.status is Status.FAIL and "lost its lease" in lapsed.detail, lapsed.detail
+    assert cancelled.status is Status.FAIL, cancelled.detail
+    assert "cancelled the handler at its Dispatch.deadline" in cancelled.detail, cancelled.detail
 
 
 def test_every_mutant_target_exists() -> None:

@@ -16,7 +16,8 @@ WELCOME = pb.ServerMessage(welcome=pb.Welcome(session_id="s-1"))
 
 async def opened(peer: ScriptedPeer, **options: object) -> tuple[SessionStream, PeerSession]:
     """Open a session to ``peer``, send Hello, and return both ends (Hello already read by the peer)."""
-    opts = TransportOptions(protocol=peer.protocol, **options)  # type: ignore[arg-type]
+    protocol = "grpc" if peer.protocol == "auto" else peer.protocol
+    opts = TransportOptions(protocol=protocol, **options)  # type: ignore[arg-type]
     stream = await open_session(peer.url, opts)
     await stream.send(HELLO)
     sess = await peer.accept()
