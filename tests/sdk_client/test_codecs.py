@@ -306,3 +306,19 @@ def test_datetimes_next_to_floats_and_look_alikes_match_go(when: datetime, numbe
     assert data.startswith(b'{"a":1,"at":' + go_when + b',"n":' + _go_reference(number).encode() + b',"s":')
     assert data.endswith(b',"z":[' + go_when + b",2]}")
     assert JSONCodec().encode([when]) == b"[" + go_when + b"]"
+
+
+class _Padded(msgspec.Struct):
+    note: str
+    value: Any
+
+
+@settings(max_examples=200, deadline=None)
+@given(_JSON_VALUES | _AWARE, st.booleans())
+def test_large_payloads_take_the_value_walk_and_still_match_go(value: Any, as_struct: bool) -> None:
+    """Past 256 bytes the codec walks the value instead of scanning text; the bytes stay Go's."""
+    from conveyor_sdk._gojson import encode_go
+
+    note = "Please review the attached file, then reply. " * 8  # prose: many '.' and 'e'
+    payload: Any = _Padded(note=note, value=value) if as_struct else {"note": note, "value": [value, 1]}
+    assert JSONCodec(html_escape=False).encode(payload) == encode_go(payload)
