@@ -8,6 +8,7 @@ from conveyor_cli import (
     client_cmds,
     conformance_cmd,
     cron_cmd,
+    dashboard_cmd,
     events_cmd,
     info_cmd,
     limits_cmd,
@@ -32,6 +33,7 @@ cron_cmd.register(app)
 limits_cmd.register(app)
 events_cmd.register(app)
 info_cmd.register(app)
+dashboard_cmd.register(app)
 conformance_cmd.register(app)
 
 
