@@ -22,6 +22,7 @@ import time
 __all__ = ["EmbeddedServer", "EmbeddedServerError"]
 
 _LISTENING = re.compile(r"^listening on (https?://\S+)\s*$")
+_DASHBOARD = re.compile(r"^dashboard on (https?://\S+) for ")
 _BOOT = (
     "import ctypes, runpy, signal, sys\n"
     "try:\n"
@@ -44,6 +45,7 @@ class EmbeddedServer:
         self.args = args
         self.start_timeout = start_timeout
         self.url = ""
+        self.dashboard_url = ""  # set when started with --dashboard-port (docs/dashboard.md)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> str:
@@ -62,7 +64,7 @@ class EmbeddedServer:
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + self.start_timeout
         buf = b""
-        while not self.url:
+        while not self._ready():
             left = deadline - time.monotonic()
             readable, _, _ = select.select([fd], [], [], max(0.0, left))
             if not readable:
@@ -73,13 +75,18 @@ class EmbeddedServer:
                 code = self.proc.wait(5)
                 raise EmbeddedServerError(f"embedded server exited with code {code} before listening")
             buf += chunk
-            while b"\n" in buf and not self.url:
+            while b"\n" in buf and not self._ready():
                 line, buf = buf.split(b"\n", 1)
-                match = _LISTENING.match(line.decode(errors="replace"))
-                if match:
+                text = line.decode(errors="replace")
+                if match := _LISTENING.match(text):
                     self.url = match.group(1)
+                elif match := _DASHBOARD.match(text):
+                    self.dashboard_url = match.group(1)
         threading.Thread(target=self._drain, args=(fd,), name="embedded-server-out", daemon=True).start()
         return self.url
+
+    def _ready(self) -> bool:
+        return bool(self.url) and (bool(self.dashboard_url) or "--dashboard-port" not in self.args)
 
     def _drain(self, fd: int) -> None:
         """Copy the server's output to our current stderr (the live view's proxy while it runs)."""

@@ -142,9 +142,10 @@ class Supervisor:
                 per_child,
             )
         if not cfg.server:
-            self.embedded = EmbeddedServer()
+            self.embedded = EmbeddedServer(("--dashboard-port", "0"))
             self.server_url = self.embedded.start()
             log.info("embedded server listening on %s", self.server_url)
+            log.info("dashboard on %s", self.embedded.dashboard_url)
 
     # -- the loop ----------------------------------------------------------------------
     async def run(self) -> int:
