@@ -44,7 +44,8 @@ def _demo(url: str, hold: threading.Event) -> tuple[Worker, threading.Thread, st
 
     with SyncClient(url) as client:
         for n in range(12):
-            client.enqueue("email.send", {"to": f"user{n}@example.com", "template": "welcome"}, queue="emails")
+            mail = {"to": f"user{n}@example.com", "template": "welcome"}
+            client.enqueue("email.send", mail, queue="emails")
         client.enqueue("image.resize", bytes(range(64)), queue="media", max_retry=3)
         rid = client.enqueue(
             "report.build", {"customer": 4711, "period": "2026-11", "format": "pdf"}, queue="reports"
@@ -53,7 +54,8 @@ def _demo(url: str, hold: threading.Event) -> tuple[Worker, threading.Thread, st
             client.enqueue("report.build", {"customer": n}, queue="reports", process_in=3600)
         client.admin.set_rate_limit("emails", 50, burst=10)
         client.admin.set_concurrency_limit("reports", 2)
-        client.admin.upsert_cron("nightly-report", "0 0 2 * * *", "report.build", {"all": True}, queue="reports")
+        nightly = ("nightly-report", "0 0 2 * * *", "report.build", {"all": True})
+        client.admin.upsert_cron(*nightly, queue="reports")
         client.admin.upsert_cron("digest", "0 */15 * * * *", "email.send", {"digest": True}, queue="emails")
         client.admin.pause_cron("digest")
     worker = Worker(url, queues=["emails", "media", "reports"], concurrency=4)
