@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,7 @@ class Dashboard:
 
     def page(self, name: str, title: str, fetch: Fetch) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
+            started = time.perf_counter()
             live = bool(request.headers.get("x-dashboard-live"))
             try:
                 data, status, banner = await fetch(request), 200, None
@@ -96,7 +98,10 @@ class Dashboard:
                 banner = problem(exc, self.config.server)
                 data, status = {}, 500
             ctx = {"banner": banner, "title": title, "request": request, "nav": name, **data}
-            return self.html(f"live/{name}.html" if live else f"{name}.html", status, **ctx)
+            response = self.html(f"live/{name}.html" if live else f"{name}.html", status, **ctx)
+            elapsed_ms = (time.perf_counter() - started) * 1000  # admin RPCs + rendering
+            response.headers["server-timing"] = f"page;dur={elapsed_ms:.2f}"
+            return response
 
         return handler
 
