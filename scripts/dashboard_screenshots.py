@@ -72,6 +72,7 @@ def main() -> None:
     hold = threading.Event()
     worker, thread, rid = _demo(server.url, hold)
     cmd = [sys.executable, "-m", "conveyor_cli", "dashboard", "--server", server.url, "--port", "0"]
+    cmd += ["--poll", "0.5"]
     dash = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         assert dash.stdout is not None
