@@ -89,9 +89,13 @@ def dashboard_factory() -> Iterator[Callable[..., DashboardProcess]]:
         assert "Traceback" not in "".join(proc.stderr), "".join(proc.stderr)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """One headless Debian chromium for the session."""
+    """One headless Debian chromium per test module.
+
+    Module scope, not session: while Playwright's sync API is active the main thread looks like it
+    runs an event loop, so it must be gone before other modules' tests call ``asyncio.run``.
+    """
     if CHROMIUM is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it: apt-get install chromium)")
     from playwright.sync_api import expect, sync_playwright
