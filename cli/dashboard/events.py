@@ -39,6 +39,8 @@ class EventFeed:
     def __init__(self, client: Client, size: int) -> None:
         self._client = client
         self._items: deque[Received] = deque(maxlen=size)
+        # COMPLETED counts per queue in one-second buckets: exact whatever the event rate, bounded.
+        self._done: deque[tuple[int, dict[str, int]]] = deque(maxlen=int(THROUGHPUT_WINDOW) + 1)
         self._task: asyncio.Task[None] | None = None
         self.error = ""
         self.connected = False
@@ -52,14 +54,22 @@ class EventFeed:
         """COMPLETED events per queue seen during the last minute."""
         cutoff = (time.monotonic() if now is None else now) - THROUGHPUT_WINDOW
         counts: dict[str, int] = {}
-        for r in self._items:
-            if r.at >= cutoff and r.event.event_type is TaskEventType.COMPLETED:
-                counts[r.event.queue] = counts.get(r.event.queue, 0) + 1
+        for second, per_queue in self._done:
+            if second >= cutoff:
+                for queue, n in per_queue.items():
+                    counts[queue] = counts.get(queue, 0) + n
         return counts
 
     def add(self, event: TaskEvent) -> None:
         """Record one event (the consumer calls this; public for tests and replays)."""
-        self._items.append(Received(event, time.monotonic()))
+        now = time.monotonic()
+        self._items.append(Received(event, now))
+        if event.event_type is TaskEventType.COMPLETED:
+            second = int(now)
+            if not self._done or self._done[-1][0] != second:
+                self._done.append((second, {}))
+            bucket = self._done[-1][1]
+            bucket[event.queue] = bucket.get(event.queue, 0) + 1
 
     def start(self) -> None:
         """Start the background consumer (idempotent)."""
