@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -99,3 +102,19 @@ def test_token_query_logs_in_once(server_url: str, dashboard_factory: Callable, 
     assert "token" not in page.url
     page.goto(f"{dash.url}/cron")
     expect(page.locator("h1")).to_have_text("Cron entries")
+
+
+def test_cli_mistakes_are_one_line_errors(server_url: str) -> None:
+    """A taken port or an empty --auth-token prints one `error:` line and exits 1; no traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = str(taken.getsockname()[1])
+        base = [sys.executable, "-m", "conveyor_cli", "dashboard", "--server", server_url]
+        for extra, message in (
+            (["--port", port], f"cannot listen on 127.0.0.1:{port}"),
+            (["--port", "0", "--auth-token", " "], "--auth-token must not be empty"),
+        ):
+            done = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=60, check=False)
+            assert done.returncode == 1, done.stderr
+            assert message in done.stderr and "Traceback" not in done.stderr
