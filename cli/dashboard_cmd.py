@@ -39,7 +39,7 @@ def dashboard(
 ) -> None:
     """Serve the web dashboard (queues, tasks, workers, cron, live events) for SERVER."""
     from conveyor_cli.dashboard.config import DashboardConfig
-    from conveyor_cli.dashboard.serve import bind, dashboard_server, url_of
+    from conveyor_cli.dashboard.serve import bind, serve_alone, url_of
 
     if auth_token is not None and not auth_token.strip():
         fail("--auth-token must not be empty")
@@ -51,14 +51,14 @@ def dashboard(
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     config = DashboardConfig(server=server, token=token, auth_token=auth_token, poll_interval=poll)
-    uv = dashboard_server(config)
     print(f"dashboard on {url_of(sock)} for {server}", flush=True)
     try:
-        asyncio.run(uv.serve(sockets=[sock]))
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+        code = asyncio.run(serve_alone(config, sock))
+    except KeyboardInterrupt:  # before the loop's handlers were installed
+        code = 130
     finally:
         sock.close()
+    raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,7 +17,7 @@ import uvicorn
 from conveyor_cli.dashboard.app import create_app
 from conveyor_cli.dashboard.config import DashboardConfig
 
-__all__ = ["bind", "dashboard_server", "serve_beside", "url_of"]
+__all__ = ["bind", "serve_alone", "serve_beside", "url_of"]
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -47,13 +47,19 @@ def _uvicorn_config(config: DashboardConfig) -> uvicorn.Config:
     )
 
 
-def dashboard_server(config: DashboardConfig) -> uvicorn.Server:
-    """A uvicorn server for the app; run it with ``await server.serve(sockets=[sock])``."""
-    return uvicorn.Server(_uvicorn_config(config))
+async def serve_alone(config: DashboardConfig, sock: socket.socket) -> int:
+    """``conveyor dashboard``: serve until SIGINT/SIGTERM, then shut down cleanly; returns 0."""
+    uv = _SharedLoopServer(_uvicorn_config(config))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: setattr(uv, "should_exit", True))
+    await uv.serve(sockets=[sock])
+    return 0
 
 
 class _SharedLoopServer(uvicorn.Server):
-    """uvicorn without its own signal handling: the host process owns SIGINT/SIGTERM and stops us."""
+    """uvicorn without its own signal handling (which re-raises the signal after shutdown, so the
+    process would die of SIGTERM): our loop's handlers set ``should_exit`` and the exit code is 0."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

@@ -75,7 +75,7 @@ class DashboardProcess:
 
 @pytest.fixture
 def dashboard_factory() -> Iterator[Callable[..., DashboardProcess]]:
-    """Start dashboards; each is stopped at teardown and must not have printed a traceback."""
+    """Start dashboards; each is SIGTERMed at teardown and must exit 0 without printing a traceback."""
     started: list[DashboardProcess] = []
 
     def start(server: str, *args: str, env: dict[str, str] | None = None) -> DashboardProcess:
@@ -85,8 +85,9 @@ def dashboard_factory() -> Iterator[Callable[..., DashboardProcess]]:
 
     yield start
     for proc in started:
-        proc.stop()
+        code = proc.stop()
         assert "Traceback" not in "".join(proc.stderr), "".join(proc.stderr)
+        assert code == 0, f"dashboard exit code {code}: {''.join(proc.stderr)}"
 
 
 @pytest.fixture(scope="module")
