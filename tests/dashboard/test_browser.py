@@ -152,3 +152,14 @@ def test_refused_token_shows_banner(
     expect(page.locator("h1")).to_have_text("Queues")
     assert "right-token" not in page.content()
     assert re.search(r"right-token", str(page.context.cookies())) is None
+
+
+def test_dashboard_down_shows_offline_banner(server_url: str, dashboard_factory: Callable, page: Any) -> None:
+    """When the dashboard process itself stops, an open page says so instead of freezing silently."""
+    dash = dashboard_factory(server_url)
+    page.goto(dash.url + "/")
+    expect(page.locator("#live-status")).to_contain_text("live ·")
+    expect(page.locator("#offline")).to_be_hidden()
+    assert dash.stop() == 0
+    expect(page.locator("#offline")).to_be_visible()
+    expect(page.locator("#live-status")).to_have_text("offline")
