@@ -81,7 +81,7 @@ def main() -> None:
         base = match.group(1)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1360, "height": 760})
+            page = browser.new_page(viewport={"width": 1480, "height": 760})
             page.goto(base + "/events")  # let the event feed collect a little
             page.wait_for_selector("#events tbody tr")
             for name, path in [
