@@ -9,6 +9,7 @@ from conveyor_cli import (
     client_cmds,
     conformance_cmd,
     cron_cmd,
+    dashboard_cmd,
     events_cmd,
     info_cmd,
     limits_cmd,
@@ -33,6 +34,7 @@ cron_cmd.register(app)
 limits_cmd.register(app)
 events_cmd.register(app)
 info_cmd.register(app)
+dashboard_cmd.register(app)
 conformance_cmd.register(app)
 
 

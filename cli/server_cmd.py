@@ -36,7 +36,45 @@ def _parameter(opt: Option) -> inspect.Parameter:
     return inspect.Parameter(opt.dest, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
+DASHBOARD_PARAMS = [
+    inspect.Parameter(
+        "dashboard_port",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[
+            int | None,
+            typer.Option(
+                "--dashboard-port",
+                min=0,
+                max=65535,
+                help="Also serve the web dashboard on this port (0 = any free port); see docs/dashboard.md.",
+            ),
+        ],
+    ),
+    inspect.Parameter(
+        "dashboard_host",
+        inspect.Parameter.KEYWORD_ONLY,
+        default="127.0.0.1",
+        annotation=Annotated[str, typer.Option("--dashboard-host", help="Interface for the dashboard.")],
+    ),
+    inspect.Parameter(
+        "dashboard_auth_token",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[
+            str | None,
+            typer.Option(
+                "--dashboard-auth-token",
+                envvar="CONVEYOR_DASHBOARD_TOKEN",
+                help="Require this token for every dashboard page and action.",
+            ),
+        ],
+    ),
+]
+
+
 def _run(flags: dict[str, Any]) -> None:
+    dashboard = {k: flags.pop(k, None) for k in ("dashboard_port", "dashboard_host", "dashboard_auth_token")}
     try:
         config = build_config(flags)
     except ConfigError as exc:
@@ -48,10 +86,21 @@ def _run(flags: dict[str, Any]) -> None:
     from conveyor_server_min.server import run
 
     try:
-        code = run(config)
+        with_dashboard = dashboard["dashboard_port"] is not None
+        code = _run_with_dashboard(config, dashboard) if with_dashboard else run(config)
     except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
         code = 130
     raise typer.Exit(code)
+
+
+def _run_with_dashboard(config: Any, dashboard: dict[str, Any]) -> int:
+    import asyncio
+
+    from conveyor_cli.dashboard.serve import serve_beside
+
+    host = dashboard["dashboard_host"] or "127.0.0.1"
+    port, auth = dashboard["dashboard_port"], dashboard["dashboard_auth_token"]
+    return asyncio.run(serve_beside(config, host, port, auth))
 
 
 def server_command() -> Callable[..., None]:
@@ -60,7 +109,7 @@ def server_command() -> Callable[..., None]:
     def command(**flags: Any) -> None:
         _run(flags)
 
-    params = [_parameter(opt) for opt in OPTIONS]
+    params = [_parameter(opt) for opt in OPTIONS] + DASHBOARD_PARAMS
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params}
     command.__doc__ = _HELP

@@ -31,6 +31,7 @@ PORT_ENV = "CONVEYOR_EMBEDDED_PORT"
 log = logging.getLogger("conveyor.server")
 
 _LISTENING = re.compile(r"^listening on (https?://\S+)\s*$")
+_DASHBOARD = re.compile(r"^dashboard on (https?://\S+) for ")
 _BOOT = (
     "import ctypes, runpy, signal, sys\n"
     "try:\n"
@@ -85,6 +86,7 @@ class EmbeddedServer:
         self.start_timeout = start_timeout
         self.port = preferred_port() if port is None else port
         self.url = ""
+        self.dashboard_url = ""  # set when started with --dashboard-port (docs/dashboard.md)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> str:
@@ -113,7 +115,7 @@ class EmbeddedServer:
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + self.start_timeout
         buf = seen = b""
-        while not self.url:
+        while not self._ready():
             left = deadline - time.monotonic()
             readable, _, _ = select.select([fd], [], [], max(0.0, left))
             if not readable:
@@ -130,13 +132,18 @@ class EmbeddedServer:
                 raise EmbeddedServerError(f"embedded server exited with code {code} before listening{reason}")
             buf += chunk
             seen = (seen + chunk)[-65536:]
-            while b"\n" in buf and not self.url:
+            while b"\n" in buf and not self._ready():
                 line, buf = buf.split(b"\n", 1)
-                match = _LISTENING.match(line.decode(errors="replace"))
-                if match:
+                text = line.decode(errors="replace")
+                if match := _LISTENING.match(text):
                     self.url = match.group(1)
+                elif match := _DASHBOARD.match(text):
+                    self.dashboard_url = match.group(1)
         threading.Thread(target=self._drain, args=(fd,), name="embedded-server-out", daemon=True).start()
         return self.url
+
+    def _ready(self) -> bool:
+        return bool(self.url) and (bool(self.dashboard_url) or "--dashboard-port" not in self.args)
 
     def _drain(self, fd: int) -> None:
         """Log the server's output line by line (``conveyor.server``), so it never garbles other output."""

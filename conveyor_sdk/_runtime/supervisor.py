@@ -152,9 +152,11 @@ class Supervisor:
                 per_child,
             )
         if not cfg.server:
-            self.embedded = EmbeddedServer(("--db", cfg.embedded_db) if cfg.embedded_db else ())
+            db = ("--db", cfg.embedded_db) if cfg.embedded_db else ()
+            self.embedded = EmbeddedServer(("--dashboard-port", "0", *db))
             self.server_url = self.embedded.start()
             log.info("embedded server listening on %s", self.server_url)
+            log.info("dashboard on %s", self.embedded.dashboard_url)
 
     # -- the loop ----------------------------------------------------------------------
     async def run(self) -> int:

@@ -1,0 +1,42 @@
+// Conveyor dashboard live updates: short polling, no framework, no build step.
+// Every page's <main id="live"> is re-fetched from the same URL with "X-Dashboard-Live: 1";
+// the server answers with that region's HTML only (rendered and escaped server-side), which
+// replaces the old one. The poll pauses while the tab is hidden or the user is typing in it.
+(function () {
+  "use strict";
+  var live = document.getElementById("live");
+  var status = document.getElementById("live-status");
+  var offline = document.getElementById("offline");
+  if (!live || !status) { return; }
+  var every = parseInt(status.getAttribute("data-poll-ms"), 10) || 1500;
+  var busy = false;
+
+  function typing() {
+    var el = document.activeElement;
+    return el && live.contains(el) && (el.tagName === "INPUT" || el.tagName === "SELECT");
+  }
+
+  function tick() {
+    if (busy || document.hidden || typing()) { return; }
+    busy = true;
+    fetch(window.location.href, {
+      headers: { "X-Dashboard-Live": "1" }, credentials: "same-origin", cache: "no-store"
+    }).then(function (resp) {
+      if (resp.status === 401) { window.location.reload(); return null; }
+      return resp.text();
+    }).then(function (html) {
+      if (html === null) { return; }
+      offline.hidden = true;
+      live.innerHTML = html;
+      status.textContent = "live · " + new Date().toLocaleTimeString();
+      status.className = "live-status ok";
+    }).catch(function () {
+      offline.hidden = false;
+      status.textContent = "offline";
+      status.className = "live-status down";
+    }).finally(function () { busy = false; });
+  }
+
+  status.textContent = "live";
+  window.setInterval(tick, every);
+})();

@@ -1,0 +1,147 @@
+"""What each page shows, fetched through ``client.admin`` only (public conveyor.v1 RPCs).
+
+Every function returns plain dicts/values for the templates and raises ConveyorError when the
+server is unreachable or refuses the call (the app turns that into a banner).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor_cli.dashboard.events import EventFeed
+from conveyor_cli.dashboard.render import payload_preview
+from conveyor_sdk.client import Client
+from conveyor_sdk.types import TaskInfo, TaskState
+
+__all__ = ["STATES", "QueueFilter", "cron", "overview", "queue_page", "task_detail", "workers"]
+
+STATES = [s for s in TaskState if s is not TaskState.UNSPECIFIED]
+SCAN_LIMIT = 2000  # tasks examined per request when a type/id filter is on (ListTasks cannot filter)
+WAITING = {TaskState.SCHEDULED, TaskState.PENDING, TaskState.RETRY, TaskState.AGGREGATING, TaskState.BLOCKED}
+
+
+async def overview(client: Client, feed: EventFeed) -> dict[str, Any]:
+    """Queues with counts by state, pause flag, limits, recent throughput."""
+    admin = client.admin
+    queues, rates, concs = await asyncio.gather(
+        admin.list_queues(), admin.list_rate_limits(), admin.list_concurrency_limits()
+    )
+    rate_by = {r.queue: r for r in rates}
+    conc_by = {c.queue: c for c in concs}
+    throughput = feed.completed_per_minute()
+    rows = [
+        {
+            "name": q.name,
+            "paused": q.paused,
+            "counts": [q.counts.get(s, 0) for s in STATES],
+            "total": q.total,
+            "rate": rate_by.get(q.name),
+            "concurrency": conc_by.get(q.name),
+            "per_minute": throughput.get(q.name, 0),
+        }
+        for q in queues
+    ]
+    return {"queues": rows, "states": STATES}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFilter:
+    """The queue page's filters; ``state`` None = every state."""
+
+    state: TaskState | None = None
+    type: str = ""
+    id_prefix: str = ""
+    page_token: str = ""
+
+    @property
+    def narrows(self) -> bool:
+        """True when a filter must be applied here (the server filters by queue and state only)."""
+        return bool(self.type or self.id_prefix)
+
+    def keep(self, task: TaskInfo) -> bool:
+        """Whether ``task`` passes the type and id-prefix filters."""
+        return (not self.type or task.type == self.type) and task.id.startswith(self.id_prefix)
+
+
+async def queue_page(client: Client, name: str, flt: QueueFilter, page_size: int) -> dict[str, Any]:
+    """One page of a queue's tasks (newest first) plus the queue's counts."""
+    admin = client.admin
+    queues = await admin.list_queues()
+    info = next((q for q in queues if q.name == name), None)
+    tasks: list[TaskInfo] = []
+    token, scanned = flt.page_token, 0
+    while True:
+        limit = min(1000, SCAN_LIMIT - scanned) if flt.narrows else page_size
+        page = await admin.list_tasks(queue=name, state=flt.state, limit=limit, page_token=token)
+        scanned += len(page.tasks)
+        tasks += [t for t in page.tasks if flt.keep(t)]
+        token = page.next_page_token
+        if not token or not flt.narrows or len(tasks) >= page_size or scanned >= SCAN_LIMIT:
+            break
+    return {
+        "name": name,
+        "info": info,
+        "counts": {s: (info.counts.get(s, 0) if info else 0) for s in STATES},
+        "tasks": tasks,
+        "next_token": token,
+        "scanned": scanned if flt.narrows else None,
+        "states": STATES,
+    }
+
+
+async def task_detail(client: Client, id: str) -> dict[str, Any]:
+    """Every field of one task, its payload preview and which actions apply in its state."""
+    task = await client.get_task(id)
+    return {
+        "task": task,
+        "preview": payload_preview(task.payload, task.content_type),
+        "actions": actions_for(task.state),
+    }
+
+
+def actions_for(state: TaskState) -> list[str]:
+    """Operator actions that make sense in ``state`` (the server stays the judge)."""
+    out = []
+    if state in {TaskState.SCHEDULED, TaskState.RETRY, TaskState.ARCHIVED}:
+        out.append("run")
+    if state in WAITING or state is TaskState.ACTIVE:
+        out.append("cancel")
+    if state in WAITING:
+        out += ["archive", "reschedule"]
+    if state is not TaskState.ACTIVE:
+        out.append("delete")
+    return out
+
+
+async def workers(client: Client) -> dict[str, Any]:
+    """Connected worker sessions, plus active tasks per queue (in flight across all sessions)."""
+    sessions, queues = await asyncio.gather(client.admin.list_sessions(), client.admin.list_queues())
+    active = {q.name: q.counts.get(TaskState.ACTIVE, 0) for q in queues}
+    rows = [
+        {
+            "session": s,
+            "queues": [_queue_weight(q) for q in s.queues],
+            "in_flight": _in_flight(s.queues, active),
+        }
+        for s in sessions
+    ]
+    return {"sessions": rows}
+
+
+def _queue_weight(entry: str) -> tuple[str, str]:
+    name, sep, weight = entry.rpartition(":")
+    if sep and weight.isdigit():
+        return name, weight
+    return entry, ""
+
+
+def _in_flight(queues: tuple[str, ...], active: dict[str, int]) -> int:
+    return sum(active.get(_queue_weight(q)[0], 0) for q in queues)
+
+
+async def cron(client: Client) -> dict[str, Any]:
+    """Every cron entry with its next fire time."""
+    entries = sorted(await client.admin.list_cron(), key=lambda e: e.id)
+    return {"entries": entries}
