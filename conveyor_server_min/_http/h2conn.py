@@ -13,6 +13,12 @@ Rules this module keeps:
   RST_STREAM(REFUSED_STREAM); the connection lives on.
 * **Graceful shutdown.** ``shutdown()`` refuses new streams (REFUSED_STREAM),
   lets the open ones finish, then sends GOAWAY(NO_ERROR) and closes.
+* **Bounded by one client** (:class:`HttpLimits`): frames are size-checked from
+  their header (``h2guard``); a stream reset in the same read that opened it
+  never starts a handler, and its memory goes at once; RST_STREAM floods and
+  empty-frame floods end in GOAWAY(ENHANCE_YOUR_CALM); reading stops while
+  writes are paused and pending output is capped; a connection without streams
+  for ``idle_timeout`` gets GOAWAY(NO_ERROR).
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from .h2guard import GuardedFrameBuffer
 from .h2stream import HIGH_WATER, H2Stream, RefusingConnection, header_dict
+from .limits import HttpLimits, WindowCounter
 from .rpc import Router
 
 __all__ = ["HIGH_WATER", "H2Connection"]
@@ -43,11 +51,12 @@ class H2Connection:
     """Serves one HTTP/2 connection on an asyncio transport."""
 
     def __init__(
-        self, transport: asyncio.Transport, router: Router, peer: str, *, max_streams: int = 1000
+        self, transport: asyncio.Transport, router: Router, peer: str, *, limits: HttpLimits | None = None
     ) -> None:
         self.transport = transport
         self.router = router
         self.peer = peer
+        self.limits = limits = limits or HttpLimits()
         # Header validation/normalisation in h2 costs ~15% of a unary call; we read only a few
         # headers and build our own responses, so it is switched off (framing is still checked).
         config = h2.config.H2Configuration(
@@ -62,12 +71,20 @@ class H2Connection:
         self.h2.local_settings = h2.settings.Settings(
             client=False,
             initial_values={
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_streams,
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_streams,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 64 * 1024,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_bytes,
                 h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 0,
             },
         )
+        self.h2.incoming_buffer = GuardedFrameBuffer(
+            max_header_bytes=limits.max_header_bytes, max_empty_frames=limits.max_empty_frames
+        )
+        self.h2.decoder.max_header_list_size = limits.max_header_bytes
+        self._resets = WindowCounter(limits.max_resets, limits.reset_window)
+        self._starting: list[H2Stream] = []
+        self._idle_since = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
         self.streams: dict[int, H2Stream] = {}
         self.held_bytes = 0  # see h2stream.BODY_BUDGET
         self.tasks: set[asyncio.Task[None]] = set()
@@ -88,6 +105,9 @@ class H2Connection:
         self.h2.initiate_connection()
         self.h2.increment_flow_control_window(_MAX_WINDOW - 65535)
         self._write_out()
+        loop = asyncio.get_running_loop()
+        self._idle_since = loop.time()
+        self._idle_timer = loop.call_later(self.limits.idle_timeout, self._check_idle)
         if initial:
             self.data_received(initial)
 
@@ -102,8 +122,30 @@ class H2Connection:
             self.abort()
             return
         for event in events:
+            if self._closed:
+                break
             self._on_event(event)
+        if self._starting:
+            self._start_handlers()
         self._write_out()
+
+    def _start_handlers(self) -> None:
+        """Start a handler for each stream opened by this read that is still alive.
+
+        Deferred to the end of the read so that HEADERS + RST_STREAM arriving
+        together (rapid reset) cost no task at all.
+        """
+        starting, self._starting = self._starting, []
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        for st in starting:
+            if st.reset or st.id not in self.streams:
+                continue
+            task = loop.create_task(self._run(st), name=f"h2-stream-{st.id}")
+            st.task = task
+            self.tasks.add(task)
+            task.add_done_callback(lambda _t, st=st: self._stream_done(st))  # runs even if never started
 
     def _on_event(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.DataReceived):
@@ -126,15 +168,14 @@ class H2Connection:
     def _on_request(self, event: h2.events.RequestReceived) -> None:
         sid = event.stream_id
         if self._draining:
-            self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            with contextlib.suppress(h2.exceptions.H2Error):  # the client may have reset it already
+                self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
             return
         headers = header_dict(event.headers or ())
         st = H2Stream(self, sid, headers)
         self.streams[sid] = st
         self._idle.clear()
-        task = asyncio.get_running_loop().create_task(self._run(st), name=f"h2-stream-{sid}")
-        st.task = task
-        self.tasks.add(task)
+        self._starting.append(st)
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
         st = self.streams.get(event.stream_id)
@@ -147,6 +188,15 @@ class H2Connection:
         st.wake_reader()
 
     def _on_reset(self, stream_id: int) -> None:
+        if self._resets.hit(asyncio.get_running_loop().time()):
+            log.warning(
+                "%s sent more than %d stream resets in %gs; closing (ENHANCE_YOUR_CALM)",
+                self.peer,
+                self._resets.limit,
+                self._resets.window,
+            )
+            self.close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            return
         st = self.streams.get(stream_id)
         if st is None:
             return
@@ -170,8 +220,6 @@ class H2Connection:
             pass
         except Exception:
             log.exception("unhandled error serving %s", st.path)
-        finally:
-            self._stream_done(st)
 
     def _stream_done(self, st: H2Stream) -> None:
         task = st.task
@@ -193,6 +241,7 @@ class H2Connection:
         st.chunks.clear()
         if not self.streams:
             self._idle.set()
+            self._idle_since = asyncio.get_running_loop().time()
             if self._draining:
                 self.close()
 
@@ -288,13 +337,35 @@ class H2Connection:
         data = self.h2.data_to_send()
         if data:
             self.transport.write(data)
+            if self._write_paused and self.transport.get_write_buffer_size() > self.limits.max_pending_output:
+                log.warning("%s does not read its responses; dropping the connection", self.peer)
+                self.abort()
 
     def pause_writing(self) -> None:
+        """The socket buffer is full: stop sending stream data and stop reading (no new replies)."""
         self._write_paused = True
+        if not self._closed:
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        if not self._closed:
+            self.transport.resume_reading()
         self._schedule_flush()
+
+    def _check_idle(self) -> None:
+        """Idle timer: GOAWAY(NO_ERROR) once no stream has been open for ``idle_timeout``."""
+        self._idle_timer = None
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        due = self._idle_since + self.limits.idle_timeout
+        if self.streams or loop.time() < due:
+            delay = self.limits.idle_timeout if self.streams else due - loop.time()
+            self._idle_timer = loop.call_later(delay, self._check_idle)
+            return
+        log.debug("closing idle HTTP/2 connection from %s", self.peer)
+        self.close()
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -319,12 +390,12 @@ class H2Connection:
         while self.tasks:
             await asyncio.wait(list(self.tasks))
 
-    def close(self) -> None:
+    def close(self, code: h2.errors.ErrorCodes = h2.errors.ErrorCodes.NO_ERROR) -> None:
         """Send a final GOAWAY and close the socket after writing what is buffered."""
         if self._closed:
             return
         with contextlib.suppress(h2.exceptions.H2Error):
-            self.h2.close_connection()
+            self.h2.close_connection(code)
         self._write_out()
         self._closed = True
         self.transport.close()
@@ -342,6 +413,10 @@ class H2Connection:
         self._cancel_all()
 
     def _cancel_all(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        self._starting.clear()
         for st in list(self.streams.values()):
             self._kill(st)
         self.streams.clear()

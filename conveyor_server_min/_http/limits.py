@@ -1,0 +1,76 @@
+"""Per-connection resource bounds of the HTTP layer, and a sans-I/O rate counter.
+
+Every bound exists so that one client cannot take memory, CPU or connections
+from the others. The defaults follow what production HTTP servers ship
+(nginx, Go ``net/http``, Netty); all of them are settings (``ServerConfig.http``)
+so tests can run them in sub-second terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["HttpLimits", "WindowCounter"]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """Timeouts (seconds) and caps applied to every connection.
+
+    * ``idle_timeout``: an HTTP/2 connection with no open stream, or an HTTP/1.1
+      keep-alive connection between requests, is closed after this long
+      (HTTP/2 with GOAWAY NO_ERROR).
+    * ``header_timeout``: time allowed from the first byte to the complete
+      request head (HTTP/1.1 request line and headers; the HTTP/2 preface).
+      HTTP/1.1 answers 408 and closes.
+    * ``body_timeout``: longest silence while a request body is being read
+      (HTTP/1.1 and HTTP/2 unary/server-stream bodies) and before the first
+      message of a Session stream; the call fails ``deadline_exceeded``
+      (HTTP/1.1: 408 and close). An open Session stream may stay quiet
+      afterwards: its liveness is the session protocol's business.
+    * ``max_streams``: SETTINGS_MAX_CONCURRENT_STREAMS; extra streams are refused.
+    * ``max_connections_per_client``: open connections per client IP address;
+      extra ones are closed at accept.
+    * ``max_header_bytes``: one request head (HTTP/1.1 head; HTTP/2 header block
+      before and after HPACK decoding).
+    * ``max_resets`` within ``reset_window``: RST_STREAM frames a client may send
+      (CVE-2023-44487, "rapid reset"); beyond it the connection gets
+      GOAWAY(ENHANCE_YOUR_CALM).
+    * ``max_empty_frames``: consecutive DATA frames without payload or
+      END_STREAM (and empty CONTINUATION frames); beyond it GOAWAY(ENHANCE_YOUR_CALM).
+    * ``max_pending_output``: bytes the server may hold for a peer that does
+      not read; beyond it the connection is dropped. Reading from a connection
+      also stops while its writes are paused, so control-frame replies
+      (PING/SETTINGS ACK) cannot pile up.
+    """
+
+    idle_timeout: float = 120.0
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    max_streams: int = 100
+    max_connections_per_client: int = 128
+    max_header_bytes: int = 64 * 1024
+    max_resets: int = 200
+    reset_window: float = 10.0
+    max_empty_frames: int = 32
+    max_pending_output: int = 64 << 20
+
+
+class WindowCounter:
+    """Counts events in fixed windows of ``window`` seconds; ``hit(now)`` says whether ``limit`` is passed."""
+
+    __slots__ = ("_count", "_start", "limit", "window")
+
+    def __init__(self, limit: int, window: float) -> None:
+        self.limit = limit
+        self.window = window
+        self._start = float("-inf")
+        self._count = 0
+
+    def hit(self, now: float) -> bool:
+        """Record one event at ``now``; True when the window now holds more than ``limit`` events."""
+        if now - self._start >= self.window:
+            self._start = now
+            self._count = 0
+        self._count += 1
+        return self._count > self.limit
