@@ -1,0 +1,238 @@
+"""HTTP/2 abuse from one client stays bounded: rapid reset, huge frames, header blocks, floods, stalls."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import h2.errors
+import pytest
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_server_min._http.h2conn import H2Connection
+from conveyor_server_min._http.limits import HttpLimits
+
+from .._util import wait_until
+from .fakes import ENQUEUE, SESSION, FakeServices, ThreadServer
+from .h2client import H2Client
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+EMPTY_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _serve(**limits: Any) -> ThreadServer:
+    return ThreadServer(FakeServices(), http=HttpLimits(**limits))
+
+
+@pytest.fixture
+def tight() -> Iterator[ThreadServer]:
+    """A server with small reset and empty-frame budgets and sub-second timeouts."""
+    with _serve(max_resets=20, max_empty_frames=8, body_timeout=0.3, idle_timeout=30.0) as srv:
+        yield srv
+
+
+def _h2_impls(server: ThreadServer) -> list[H2Connection]:
+    assert server.server is not None and server.server._hub is not None
+    return [c.impl for c in server.server._hub.connections if isinstance(c.impl, H2Connection)]
+
+
+def _open_streams(server: ThreadServer) -> int:
+    return int(server.call(lambda: sum(len(c.streams) + len(c.tasks) for c in _h2_impls(server))))
+
+
+async def _ok_call(port: int) -> None:
+    """A well-behaved client on another connection is served normally."""
+    client = await H2Client().connect("127.0.0.1", port)
+    try:
+        sid = await client.open(ENQUEUE)
+        await client.send_msg(sid, pb.EnqueueRequest(type="fine").SerializeToString(), end=True)
+        assert (await client.wait(sid)).trailers.get("grpc-status") == "0"
+    finally:
+        await client.close()
+
+
+def _goaway_code(raw: bytes) -> int | None:
+    """The error code of the first GOAWAY frame in a server byte stream, if any."""
+    offset = 0
+    while offset + 9 <= len(raw):
+        length = int.from_bytes(raw[offset : offset + 3], "big")
+        if raw[offset + 3] == 0x7 and offset + 9 + length <= len(raw):
+            return int(struct.unpack_from(">I", raw, offset + 13)[0])
+        offset += 9 + length
+    return None
+
+
+def _read_until_closed(sock: socket.socket, timeout: float = 10.0) -> bytes:
+    sock.settimeout(timeout)
+    chunks = []
+    try:
+        while data := sock.recv(65536):
+            chunks.append(data)
+    except ConnectionResetError:
+        pass
+    return b"".join(chunks)
+
+
+def test_rapid_reset_leaves_no_stream_or_task_behind() -> None:
+    """HEADERS + RST_STREAM in one read start no handler, and nothing stays in the connection's tables."""
+    with _serve(max_resets=10_000) as server:
+
+        async def main() -> None:
+            client = await H2Client().connect("127.0.0.1", server.port)
+            for _ in range(300):
+                await client.open_and_reset(SESSION)
+            await client.ping()
+            wait_until(lambda: _open_streams(server) == 0, 10, what="streams and tasks forgotten")
+            await client.ping()  # the connection itself is unharmed
+            await _ok_call(server.port)
+            await client.close()
+
+        asyncio.run(main())
+
+
+def test_reset_flood_ends_with_enhance_your_calm(tight: ThreadServer) -> None:
+    """More than max_resets RST_STREAM frames in the window: GOAWAY(ENHANCE_YOUR_CALM), others unaffected."""
+
+    async def main() -> None:
+        client = await H2Client().connect("127.0.0.1", tight.port)
+        for _ in range(40):
+            if client.closed.is_set():
+                break
+            await client.open_and_reset(SESSION)
+        await client.wait_closed()
+        assert client.goaway is not None
+        assert client.goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        await client.close()
+        await _ok_call(tight.port)
+
+    asyncio.run(main())
+
+
+def test_oversized_frame_header_is_refused_before_its_body_arrives(tight: ThreadServer) -> None:
+    """A frame header announcing 16 MiB gets GOAWAY(FRAME_SIZE_ERROR) at once, not after 16 MiB arrive."""
+    with socket.create_connection(("127.0.0.1", tight.port)) as sock:
+        huge_data = ((1 << 24) - 1).to_bytes(3, "big") + b"\x00\x00\x00\x00\x00\x01"
+        sock.sendall(PREFACE + EMPTY_SETTINGS + huge_data + b"x" * 4096)
+        raw = _read_until_closed(sock)
+    assert _goaway_code(raw) == h2.errors.ErrorCodes.FRAME_SIZE_ERROR
+
+
+def test_header_block_over_the_cap_closes_the_connection(tight: ThreadServer) -> None:
+    """A 70 KB header block (HEADERS + CONTINUATION) is refused; a normal client is still served."""
+
+    async def main() -> None:
+        client = await H2Client().connect("127.0.0.1", tight.port)
+        await client.open(ENQUEUE, extra={"x-big": "v" * 70_000})
+        await client.wait_closed()
+        assert client.goaway is not None and client.goaway.error_code != 0
+        await client.close()
+        await _ok_call(tight.port)
+
+    asyncio.run(main())
+
+
+def test_empty_data_frame_flood_ends_with_enhance_your_calm(tight: ThreadServer) -> None:
+    """Consecutive empty DATA frames beyond max_empty_frames: GOAWAY(ENHANCE_YOUR_CALM)."""
+
+    async def main() -> None:
+        client = await H2Client().connect("127.0.0.1", tight.port)
+        sid = await client.open(SESSION)
+        for _ in range(50):
+            if client.closed.is_set():
+                break
+            await client.send(sid, b"")
+            client.conn.send_data(sid, b"")
+            await client._flush()
+        await client.wait_closed()
+        assert client.goaway is not None
+        assert client.goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        await client.close()
+
+    asyncio.run(main())
+
+
+def test_ping_flood_from_a_client_that_never_reads_stays_bounded(tight: ThreadServer) -> None:
+    """The server stops reading while its writes are paused, so unread PING ACKs cannot pile up."""
+    ping = b"\x00\x00\x08\x06\x00\x00\x00\x00\x00" + b"12345678"
+    burst = ping * 4096
+    with socket.create_connection(("127.0.0.1", tight.port)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(PREFACE + EMPTY_SETTINGS)
+        sock.settimeout(1.0)
+        sent = 0
+        try:
+            while sent < 64 << 20:  # 64 MiB of pings unless the server stops reading first
+                sent += sock.send(burst)
+        except TimeoutError:
+            pass
+        held = tight.call(lambda: max(c.transport.get_write_buffer_size() for c in _h2_impls(tight)))
+    assert sent < 64 << 20, "the server kept reading pings it could not answer"
+    assert held < 1 << 20
+
+
+def test_stream_that_never_sends_fails_after_body_timeout(tight: ThreadServer) -> None:
+    """A unary stream without body bytes, and a Session without Hello, end deadline_exceeded."""
+
+    async def main() -> None:
+        client = await H2Client().connect("127.0.0.1", tight.port)
+        unary = await client.open(ENQUEUE)
+        session = await client.open(SESSION)
+        for sid in (unary, session):
+            st = await client.wait(sid, timeout=10)
+            assert st.trailers.get("grpc-status") == "4" or st.headers.get("grpc-status") == "4"
+        await client.close()
+
+    asyncio.run(main())
+
+
+def test_idle_connection_gets_goaway_and_is_closed() -> None:
+    """An HTTP/2 connection with no stream for idle_timeout gets GOAWAY(NO_ERROR) and is closed."""
+    with _serve(idle_timeout=0.3) as server:
+
+        async def main() -> None:
+            client = await H2Client().connect("127.0.0.1", server.port)
+            await client.wait_closed(10)
+            assert client.goaway is not None and client.goaway.error_code == 0
+            await client.close()
+
+        asyncio.run(main())
+
+
+def test_reset_of_a_refused_stream_while_draining_keeps_the_connection() -> None:
+    """During shutdown, HEADERS + RST_STREAM for a new stream do not break the connection's reader."""
+    with _serve(max_resets=10_000) as server:
+
+        async def main() -> None:
+            client = await H2Client().connect("127.0.0.1", server.port)
+            slow = await client.open(ENQUEUE)
+            await client.send_msg(slow, pb.EnqueueRequest(type="slow").SerializeToString(), end=True)
+            wait_until(lambda: _open_streams(server) > 0, 10, what="slow call running")
+            assert server.server is not None
+            stopping = asyncio.run_coroutine_threadsafe(server.server.stop(), server.loop)
+            wait_until(lambda: server.call(lambda: all(c._draining for c in _h2_impls(server))), 10)
+            await client.open_and_reset(ENQUEUE)
+            await client.ping()
+            stopping.result(20)
+            await client.close()
+
+        asyncio.run(main())
+
+
+def test_connections_beyond_the_per_client_cap_are_closed() -> None:
+    """A client address holding max_connections_per_client connections cannot open another."""
+    with _serve(max_connections_per_client=3) as server:
+        socks = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+        try:
+            wait_until(lambda: server.call(lambda: len(server.server._hub.connections)) == 3, 10)  # type: ignore[union-attr]
+            with socket.create_connection(("127.0.0.1", server.port)) as extra:
+                assert _read_until_closed(extra) == b""
+            socks[0].sendall(PREFACE + EMPTY_SETTINGS)
+            socks[0].settimeout(10)
+            assert socks[0].recv(9)[3] == 0x4  # still served: the server's SETTINGS
+        finally:
+            for sock in socks:
+                sock.close()
+        asyncio.run(_ok_call(server.port))
