@@ -134,6 +134,19 @@ def test_header_block_over_the_cap_closes_the_connection(tight: ThreadServer) ->
     asyncio.run(main())
 
 
+def test_endless_continuation_frames_are_cut_off_at_the_header_cap(tight: ThreadServer) -> None:
+    """HEADERS + CONTINUATION frames that never end the block: closed once max_header_bytes is passed."""
+    fragment = b"\x00" * 16_000
+
+    def frame(kind: int) -> bytes:
+        return len(fragment).to_bytes(3, "big") + bytes([kind, 0]) + (1).to_bytes(4, "big") + fragment
+
+    with socket.create_connection(("127.0.0.1", tight.port)) as sock:
+        sock.sendall(PREFACE + EMPTY_SETTINGS + frame(0x1) + frame(0x9) * 4)
+        raw = _read_until_closed(sock)
+    assert _goaway_code(raw) == h2.errors.ErrorCodes.PROTOCOL_ERROR
+
+
 def test_empty_data_frame_flood_ends_with_enhance_your_calm(tight: ThreadServer) -> None:
     """Consecutive empty DATA frames beyond max_empty_frames: GOAWAY(ENHANCE_YOUR_CALM)."""
 
