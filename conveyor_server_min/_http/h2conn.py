@@ -34,7 +34,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from .h2guard import GuardedFrameBuffer
+from .h2guard import FRAMES_PER_TURN, GuardedFrameBuffer
 from .h2stream import HIGH_WATER, H2Stream, RefusingConnection, header_dict
 from .limits import HttpLimits, WindowCounter
 from .rpc import Router
@@ -77,9 +77,10 @@ class H2Connection:
                 h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 0,
             },
         )
-        self.h2.incoming_buffer = GuardedFrameBuffer(
+        self.h2.incoming_buffer = self._frames = GuardedFrameBuffer(
             max_header_bytes=limits.max_header_bytes, max_empty_frames=limits.max_empty_frames
         )
+        self._next_turn = False  # frames are waiting in the buffer for the next loop turn
         self.h2.decoder.max_header_list_size = limits.max_header_bytes
         self._resets = WindowCounter(limits.max_resets, limits.reset_window)
         self._starting: list[H2Stream] = []
@@ -114,6 +115,8 @@ class H2Connection:
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
+        frames = self._frames
+        frames.budget, frames.throttled = FRAMES_PER_TURN, False
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
@@ -128,6 +131,16 @@ class H2Connection:
         if self._starting:
             self._start_handlers()
         self._write_out()
+        if frames.throttled and not self._closed and not self._next_turn:
+            self._next_turn = True  # more frames wait: parse them on a later turn, read nothing new
+            self.transport.pause_reading()
+            asyncio.get_running_loop().call_soon(self._continue_frames)
+
+    def _continue_frames(self) -> None:
+        self._next_turn = False
+        self.data_received(b"")
+        if not self._next_turn and not self._closed and not self._write_paused:
+            self.transport.resume_reading()
 
     def _start_handlers(self) -> None:
         """Start a handler for each stream opened by this read that is still alive.
@@ -349,7 +362,7 @@ class H2Connection:
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if not self._closed:
+        if not self._closed and not self._next_turn:
             self.transport.resume_reading()
         self._schedule_flush()
 

@@ -6,6 +6,11 @@ it buffer 16 MiB. This one checks the 9-byte header as soon as it is there,
 caps the bytes of a header block (HEADERS + CONTINUATION) and counts
 consecutive empty DATA/CONTINUATION frames. Errors are h2 ``ProtocolError``
 subclasses, so ``H2Connection.receive_data`` sends the GOAWAY with their code.
+
+It also hands out at most ``budget`` frames per ``receive_data`` call and sets
+``throttled`` when more complete frames wait: a read full of tiny frames
+(PING floods cost h2 ~25 us each) is then processed over several event-loop
+turns, so other connections are served in between.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ import h2.exceptions
 from h2.frame_buffer import FrameBuffer
 from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame
 
-__all__ = ["EnhanceYourCalm", "GuardedFrameBuffer", "HeaderBlockTooLarge"]
+__all__ = ["FRAMES_PER_TURN", "EnhanceYourCalm", "GuardedFrameBuffer", "HeaderBlockTooLarge"]
+
+FRAMES_PER_TURN = 256  # frames parsed per event-loop turn (a few ms of h2 work at most)
 
 
 class EnhanceYourCalm(h2.exceptions.ProtocolError):
@@ -40,16 +47,23 @@ class GuardedFrameBuffer(FrameBuffer):
         self.max_header_bytes = max_header_bytes
         self.max_empty_frames = max_empty_frames
         self.empty_frames = 0
+        self.budget = FRAMES_PER_TURN
+        self.throttled = False
         self._block_bytes = 0
 
     def __next__(self) -> Any:
         data = self._data
-        if len(data) >= 9:
-            length = int.from_bytes(data[:3], "big")
-            if length > self.max_frame_size:
-                raise h2.exceptions.FrameTooLargeError(
-                    f"frame of {length} bytes announced, max {self.max_frame_size}"
-                )
+        if len(data) < 9:
+            raise StopIteration
+        length = int.from_bytes(data[:3], "big")
+        if length > self.max_frame_size:
+            raise h2.exceptions.FrameTooLargeError(
+                f"frame of {length} bytes announced, max {self.max_frame_size}"
+            )
+        if self.budget <= 0:
+            self.throttled = len(data) >= 9 + length  # a whole frame is waiting for the next turn
+            raise StopIteration
+        self.budget -= 1
         return super().__next__()
 
     def _update_header_buffer(self, f: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -170,19 +171,27 @@ def test_empty_data_frame_flood_ends_with_enhance_your_calm(tight: ThreadServer)
 def test_ping_flood_from_a_client_that_never_reads_stays_bounded(tight: ThreadServer) -> None:
     """The server stops reading while its writes are paused, so unread PING ACKs cannot pile up."""
     ping = b"\x00\x00\x08\x06\x00\x00\x00\x00\x00" + b"12345678"
-    burst = ping * 4096
+    burst = ping * 1024
     with socket.create_connection(("127.0.0.1", tight.port)) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         sock.sendall(PREFACE + EMPTY_SETTINGS)
+        wait_until(lambda: tight.call(lambda: len(_h2_impls(tight))) == 1, 10, what="h2 connection")
+
+        def shrink() -> None:  # small kernel buffers: back-pressure shows after KiBs, not MiBs
+            for impl in _h2_impls(tight):
+                impl.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+
+        tight.call(shrink)
         sock.settimeout(1.0)
-        sent = 0
-        try:
-            while sent < 64 << 20:  # 64 MiB of pings unless the server stops reading first
-                sent += sock.send(burst)
-        except TimeoutError:
-            pass
+        deadline, blocked = time.monotonic() + 30, False
+        while time.monotonic() < deadline and not blocked:
+            try:
+                sock.send(burst)
+            except TimeoutError:
+                blocked = True  # the server stopped reading
         held = tight.call(lambda: max(c.transport.get_write_buffer_size() for c in _h2_impls(tight)))
-    assert sent < 64 << 20, "the server kept reading pings it could not answer"
+    assert blocked, "the server kept reading pings it could not answer"
     assert held < 1 << 20
 
 
