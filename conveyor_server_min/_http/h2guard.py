@@ -7,10 +7,12 @@ caps the bytes of a header block (HEADERS + CONTINUATION) and counts
 consecutive empty DATA/CONTINUATION frames. Errors are h2 ``ProtocolError``
 subclasses, so ``H2Connection.receive_data`` sends the GOAWAY with their code.
 
-It also hands out at most ``budget`` frames per ``receive_data`` call and sets
-``throttled`` when more complete frames wait: a read full of tiny frames
-(PING floods cost h2 ~25 us each) is then processed over several event-loop
-turns, so other connections are served in between.
+It also parses at most ``budget`` units of work per ``receive_data`` call (a
+frame costs 1; a HEADERS/CONTINUATION/PUSH_PROMISE frame, which means HPACK
+decoding, costs 8) and sets ``throttled`` when more complete frames wait: a read
+full of tiny frames (h2 spends ~25 us on a PING, ~100 us on a header block) is
+then processed over several event-loop turns, so other connections are served
+in between.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame
 
 __all__ = ["FRAMES_PER_TURN", "EnhanceYourCalm", "GuardedFrameBuffer", "HeaderBlockTooLarge"]
 
-FRAMES_PER_TURN = 256  # frames parsed per event-loop turn (a few ms of h2 work at most)
+FRAMES_PER_TURN = 256  # work units parsed per event-loop turn (a few ms of h2 work at most)
+_HEADER_COST = 8
+_HEADER_TYPES = frozenset({0x1, 0x5, 0x9})  # HEADERS, PUSH_PROMISE, CONTINUATION
 
 
 class EnhanceYourCalm(h2.exceptions.ProtocolError):
@@ -63,7 +67,7 @@ class GuardedFrameBuffer(FrameBuffer):
         if self.budget <= 0:
             self.throttled = len(data) >= 9 + length  # a whole frame is waiting for the next turn
             raise StopIteration
-        self.budget -= 1
+        self.budget -= _HEADER_COST if data[3] in _HEADER_TYPES else 1
         return super().__next__()
 
     def _update_header_buffer(self, f: Any) -> Any:

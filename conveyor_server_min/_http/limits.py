@@ -33,8 +33,11 @@ class HttpLimits:
       extra ones are closed at accept.
     * ``max_header_bytes``: one request head (HTTP/1.1 head; HTTP/2 header block
       before and after HPACK decoding).
-    * ``max_resets`` within ``reset_window``: RST_STREAM frames a client may send
-      (CVE-2023-44487, "rapid reset"); beyond it the connection gets
+    * ``max_resets`` within ``flood_window``: RST_STREAM frames one client
+      address may send, over all its connections (CVE-2023-44487, "rapid
+      reset"); beyond it the connection gets GOAWAY(ENHANCE_YOUR_CALM).
+    * ``max_pings`` within ``flood_window``: PING frames per connection (gRPC
+      servers enforce a ping policy the same way); beyond it
       GOAWAY(ENHANCE_YOUR_CALM).
     * ``max_empty_frames``: consecutive DATA frames without payload or
       END_STREAM (and empty CONTINUATION frames); beyond it GOAWAY(ENHANCE_YOUR_CALM).
@@ -51,7 +54,8 @@ class HttpLimits:
     max_connections_per_client: int = 128
     max_header_bytes: int = 64 * 1024
     max_resets: int = 200
-    reset_window: float = 10.0
+    max_pings: int = 1000
+    flood_window: float = 10.0
     max_empty_frames: int = 32
     max_pending_output: int = 64 << 20
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from .h1conn import H1Connection
 from .h2conn import H2Connection
-from .limits import HttpLimits
+from .limits import HttpLimits, WindowCounter
 from .rpc import Router
 
 __all__ = ["HttpProtocol", "Hub", "make_ssl_context"]
@@ -50,6 +50,7 @@ class Hub:
         self.limits = limits or HttpLimits()
         self.connections: set[HttpProtocol] = set()
         self.per_client: dict[str, int] = {}
+        self._resets: dict[str, WindowCounter] = {}
         self.accepting = True
         self._all_closed: asyncio.Future[None] | None = None
 
@@ -100,6 +101,18 @@ class Hub:
         self.per_client[client] = count + 1
         conn.client = client
         return True
+
+    def resets_for(self, client: str | None) -> WindowCounter:
+        """The RST_STREAM counter of one client address, shared by all its connections."""
+        limits = self.limits
+        if client is None:
+            return WindowCounter(limits.max_resets, limits.flood_window)
+        counter = self._resets.get(client)
+        if counter is None:
+            if len(self._resets) >= 4096:  # forget clients that are gone
+                self._resets = {c: v for c, v in self._resets.items() if c in self.per_client}
+            counter = self._resets[client] = WindowCounter(limits.max_resets, limits.flood_window)
+        return counter
 
     def discard(self, conn: HttpProtocol) -> None:
         """A connection is gone."""
@@ -158,7 +171,9 @@ class HttpProtocol(asyncio.Protocol):
             self._sniff_timer.cancel()
         hub = self.hub
         if self._buf.startswith(H2_PREFACE):
-            self.impl = H2Connection(self.transport, hub.router, self.peer, limits=hub.limits)
+            self.impl = H2Connection(
+                self.transport, hub.router, self.peer, limits=hub.limits, resets=hub.resets_for(self.client)
+            )
         else:
             self.impl = H1Connection(
                 self.transport, hub.router, self.peer, max_body=hub.max_message + 5, limits=hub.limits

@@ -104,7 +104,13 @@ class H2Client:
             st.ended = True
         elif isinstance(event, h2.events.StreamReset) and st is not None:
             st.reset_code = int(event.error_code or 0)
-        elif isinstance(event, h2.events.ConnectionTerminated):
+        else:
+            self._on_connection_event(event)
+        if st is not None:
+            st.changed.set()
+
+    def _on_connection_event(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.ConnectionTerminated):
             self.goaway = event
         elif isinstance(event, h2.events.WindowUpdated):
             self.window_changed.set()
@@ -114,8 +120,6 @@ class H2Client:
         elif isinstance(event, h2.events.RemoteSettingsChanged):
             self.remote_settings.set()
             self.window_changed.set()
-        if st is not None:
-            st.changed.set()
 
     async def open(
         self,
