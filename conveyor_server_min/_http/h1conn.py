@@ -25,7 +25,7 @@ import h11
 
 from conveyor_sdk.errors import Canceled, ResourceExhausted
 
-from .limits import HttpLimits
+from .limits import Deadline, HttpLimits
 from .rpc import Router
 
 __all__ = ["H1Connection", "could_start_request"]
@@ -146,9 +146,7 @@ class H1Connection:
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes)
         self.discard = False  # refused from its head: drop the body, close after the answer
         self._phase = "head"  # "idle" (keep-alive) | "head" | "body" | "busy" (handler running)
-        self._deadline = 0.0
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0
+        self._timer = Deadline(self._on_timeout)
         self.request: h11.Request | None = None
         self.body: list[bytes] = []
         self.body_size = 0
@@ -183,25 +181,12 @@ class H1Connection:
 
     # ---- timeouts -------------------------------------------------------------------------------
     def _arm(self, phase: str, seconds: float) -> None:
-        """Enter ``phase`` with a deadline ``seconds`` from now (one timer, re-armed lazily)."""
-        loop = asyncio.get_running_loop()
+        """Enter ``phase`` with a deadline ``seconds`` from now."""
         self._phase = phase
-        self._deadline = loop.time() + seconds
-        if self._timer is not None and self._timer_at <= self._deadline:
-            return  # fires earlier and re-arms itself for the later deadline
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = self._deadline
-        self._timer = loop.call_at(self._deadline, self._on_timer)
+        self._timer.set(seconds)
 
-    def _on_timer(self) -> None:
-        self._timer = None
+    def _on_timeout(self) -> None:
         if self._closed or self._phase == "busy":
-            return
-        loop = asyncio.get_running_loop()
-        if loop.time() < self._deadline:
-            self._timer_at = self._deadline
-            self._timer = loop.call_at(self._deadline, self._on_timer)
             return
         if self._phase != "idle":
             log.debug("HTTP/1.1 request from %s timed out (%s)", self.peer, self._phase)
@@ -228,7 +213,7 @@ class H1Connection:
         elif isinstance(event, h11.Data):
             if self.overflow:
                 return
-            self._deadline = asyncio.get_running_loop().time() + self.limits.body_timeout
+            self._timer.set(self.limits.body_timeout)
             self.body_size += len(event.data)
             if self.body_size > self.max_body:
                 self.overflow = True
@@ -385,9 +370,7 @@ class H1Connection:
         if not self._closed:
             self._closed = True
             self.transport.close()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
 
     def abort(self) -> None:
         self.close()
@@ -395,9 +378,7 @@ class H1Connection:
 
     def connection_lost(self) -> None:
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
         self.resume_writing()
         task = self.task
         if task is not None and not task.done():

@@ -36,7 +36,7 @@ import h2.settings
 
 from .h2guard import FRAMES_PER_TURN, GuardedFrameBuffer
 from .h2stream import HIGH_WATER, H2Stream, RefusingConnection, header_dict
-from .limits import HttpLimits, WindowCounter
+from .limits import Deadline, HttpLimits, WindowCounter
 from .rpc import Router
 
 __all__ = ["HIGH_WATER", "H2Connection"]
@@ -92,8 +92,7 @@ class H2Connection:
         self._resets = resets or WindowCounter(limits.max_resets, limits.flood_window)
         self._pings = WindowCounter(limits.max_pings, limits.flood_window)
         self._starting: list[H2Stream] = []
-        self._idle_since = 0.0
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_timer = Deadline(self._on_idle)
         self.streams: dict[int, H2Stream] = {}
         self.held_bytes = 0  # see h2stream.BODY_BUDGET
         self.tasks: set[asyncio.Task[None]] = set()
@@ -114,9 +113,7 @@ class H2Connection:
         self.h2.initiate_connection()
         self.h2.increment_flow_control_window(_MAX_WINDOW - 65535)
         self._write_out()
-        loop = asyncio.get_running_loop()
-        self._idle_since = loop.time()
-        self._idle_timer = loop.call_later(self.limits.idle_timeout, self._check_idle)
+        self._idle_timer.set(self.limits.idle_timeout)
         if initial:
             self.data_received(initial)
 
@@ -220,13 +217,8 @@ class H2Connection:
         self._kill(st)
 
     def _calm_down(self, what: str, counter: WindowCounter) -> None:
-        log.warning(
-            "%s sent more than %d %s in %gs; closing (ENHANCE_YOUR_CALM)",
-            self.peer,
-            counter.limit,
-            what,
-            counter.window,
-        )
+        args = (self.peer, counter.limit, what, counter.window)
+        log.warning("%s sent more than %d %s in %gs; closing (ENHANCE_YOUR_CALM)", *args)
         self.close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
 
     def _kill(self, st: H2Stream) -> None:
@@ -268,7 +260,7 @@ class H2Connection:
         st.chunks.clear()
         if not self.streams:
             self._idle.set()
-            self._idle_since = asyncio.get_running_loop().time()
+            self._idle_timer.set(self.limits.idle_timeout)
             if self._draining:
                 self.close()
 
@@ -380,19 +372,11 @@ class H2Connection:
             self.transport.resume_reading()
         self._schedule_flush()
 
-    def _check_idle(self) -> None:
-        """Idle timer: GOAWAY(NO_ERROR) once no stream has been open for ``idle_timeout``."""
-        self._idle_timer = None
-        if self._closed:
-            return
-        loop = asyncio.get_running_loop()
-        due = self._idle_since + self.limits.idle_timeout
-        if self.streams or loop.time() < due:
-            delay = self.limits.idle_timeout if self.streams else due - loop.time()
-            self._idle_timer = loop.call_later(delay, self._check_idle)
-            return
-        log.debug("closing idle HTTP/2 connection from %s", self.peer)
-        self.close()
+    def _on_idle(self) -> None:
+        """No stream for ``idle_timeout``: GOAWAY(NO_ERROR) and close (re-armed when streams end)."""
+        if not self._closed and not self.streams:
+            log.debug("closing idle HTTP/2 connection from %s", self.peer)
+            self.close()
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -440,9 +424,7 @@ class H2Connection:
         self._cancel_all()
 
     def _cancel_all(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        self._idle_timer.cancel()
         self._starting.clear()
         for st in list(self.streams.values()):
             self._kill(st)

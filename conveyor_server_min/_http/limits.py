@@ -8,9 +8,11 @@ so tests can run them in sub-second terms.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["HttpLimits", "WindowCounter"]
+__all__ = ["Deadline", "HttpLimits", "WindowCounter"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,3 +80,46 @@ class WindowCounter:
             self._count = 0
         self._count += 1
         return self._count > self.limit
+
+
+class Deadline:
+    """A deadline that moves often, served by one timer that re-arms itself lazily.
+
+    Pushing the deadline later is a float store (the timer, when it fires early,
+    re-arms for the new time); only moving it earlier replaces the timer.
+    ``callback`` runs once the deadline has really passed.
+    """
+
+    __slots__ = ("_at", "_callback", "_handle", "_timer_at")
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback = callback
+        self._at = 0.0
+        self._timer_at = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+
+    def set(self, seconds: float) -> None:
+        """Expire ``seconds`` from now (replacing any earlier setting)."""
+        loop = asyncio.get_running_loop()
+        self._at = loop.time() + seconds
+        if self._handle is not None:
+            if self._timer_at <= self._at:
+                return
+            self._handle.cancel()
+        self._timer_at = self._at
+        self._handle = loop.call_at(self._at, self._fire)
+
+    def cancel(self) -> None:
+        """Never fire (until ``set`` again)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _fire(self) -> None:
+        self._handle = None
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._at:
+            self._timer_at = self._at
+            self._handle = loop.call_at(self._at, self._fire)
+            return
+        self._callback()

@@ -15,7 +15,7 @@ import pytest
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_server_min._http.h2conn import H2Connection
-from conveyor_server_min._http.limits import HttpLimits
+from conveyor_server_min._http.limits import HttpLimits, WindowCounter
 
 from .._util import wait_until
 from .fakes import ENQUEUE, SESSION, FakeServices, ThreadServer
@@ -276,3 +276,10 @@ def test_connections_beyond_the_per_client_cap_are_closed() -> None:
             for sock in socks:
                 sock.close()
         asyncio.run(_ok_call(server.port))
+
+
+def test_window_counter_counts_per_window() -> None:
+    """WindowCounter passes its limit only within one window and starts over in the next."""
+    counter = WindowCounter(3, 10.0)
+    assert [counter.hit(t) for t in (0.0, 1.0, 2.0, 3.0)] == [False, False, False, True]
+    assert counter.hit(10.5) is False  # a new window
