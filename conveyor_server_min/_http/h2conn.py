@@ -44,6 +44,7 @@ __all__ = ["HIGH_WATER", "H2Connection"]
 log = logging.getLogger("conveyor.server.http")
 
 STREAM_WINDOW = 1 << 20  # what each client stream may send before we acknowledge
+LINGER = 2.0  # seconds a half-closed connection discards late frames before closing
 _MAX_WINDOW = 2**31 - 1
 
 
@@ -126,8 +127,8 @@ class H2Connection:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
             log.debug("HTTP/2 protocol error from %s: %s", self.peer, exc)
-            self._write_out()
-            self.abort()
+            self._write_out()  # h2 has queued the GOAWAY
+            self._finish(True)
             return
         for event in events:
             if self._closed:
@@ -219,7 +220,7 @@ class H2Connection:
     def _calm_down(self, what: str, counter: WindowCounter) -> None:
         args = (self.peer, counter.limit, what, counter.window)
         log.warning("%s sent more than %d %s in %gs; closing (ENHANCE_YOUR_CALM)", *args)
-        self.close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        self.close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, linger=True)
 
     def _kill(self, st: H2Stream) -> None:
         st.reset = True
@@ -376,7 +377,7 @@ class H2Connection:
         """No stream for ``idle_timeout``: GOAWAY(NO_ERROR) and close (re-armed when streams end)."""
         if not self._closed and not self.streams:
             log.debug("closing idle HTTP/2 connection from %s", self.peer)
-            self.close()
+            self.close(linger=True)
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -401,22 +402,40 @@ class H2Connection:
         while self.tasks:
             await asyncio.wait(list(self.tasks))
 
-    def close(self, code: h2.errors.ErrorCodes = h2.errors.ErrorCodes.NO_ERROR) -> None:
-        """Send a final GOAWAY and close the socket after writing what is buffered."""
+    def close(
+        self, code: h2.errors.ErrorCodes = h2.errors.ErrorCodes.NO_ERROR, *, linger: bool = False
+    ) -> None:
+        """Send a final GOAWAY and close the socket after writing what is buffered.
+
+        ``linger`` (closes the server decides on: idle, abuse, protocol errors)
+        half-closes first and discards what the peer still sends for up to
+        ``LINGER`` seconds, so the peer reads the GOAWAY and its reason instead
+        of a TCP reset triggered by its own late frames.
+        """
         if self._closed:
+            if not linger:
+                self.transport.close()  # e.g. server shutdown: end a lingering close now
             return
         with contextlib.suppress(h2.exceptions.H2Error):
             self.h2.close_connection(code)
         self._write_out()
-        self._closed = True
-        self.transport.close()
-        self._cancel_all()
+        self._finish(linger)
 
     def abort(self) -> None:
-        """Drop the connection now (protocol error, peer gone)."""
+        """Drop the connection now (peer gone or said GOAWAY)."""
         if not self._closed:
-            self._closed = True
-            self.transport.close()
+            self._finish(False)
+        self._cancel_all()
+
+    def _finish(self, linger: bool) -> None:
+        self._closed = True
+        transport = self.transport
+        if linger and transport.can_write_eof():
+            transport.write_eof()
+            transport.resume_reading()  # see the peer's EOF; data_received discards the rest
+            asyncio.get_running_loop().call_later(LINGER, transport.close)
+        else:
+            transport.close()
         self._cancel_all()
 
     def connection_lost(self) -> None:

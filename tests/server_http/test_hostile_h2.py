@@ -115,6 +115,27 @@ def test_reset_flood_ends_with_enhance_your_calm(tight: ThreadServer) -> None:
     asyncio.run(main())
 
 
+def test_reset_budget_is_per_client_so_reconnecting_does_not_refill_it(tight: ThreadServer) -> None:
+    """After one connection spent the client's reset budget, a new one is calmed at its first reset."""
+
+    async def spend(client: H2Client, count: int) -> None:
+        with contextlib.suppress(ConnectionError):  # the server may close mid-write
+            for _ in range(count):
+                if client.closed.is_set():
+                    break
+                await client.open_and_reset(SESSION)
+        await client.wait_closed()
+        assert client.goaway is not None
+        assert client.goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        await client.close()
+
+    async def main() -> None:
+        await spend(await H2Client().connect("127.0.0.1", tight.port), 40)
+        await spend(await H2Client().connect("127.0.0.1", tight.port), 1)
+
+    asyncio.run(main())
+
+
 def test_oversized_frame_header_is_refused_before_its_body_arrives(tight: ThreadServer) -> None:
     """A frame header announcing 16 MiB gets GOAWAY(FRAME_SIZE_ERROR) at once, not after 16 MiB arrive."""
     with socket.create_connection(("127.0.0.1", tight.port)) as sock:
