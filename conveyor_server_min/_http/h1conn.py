@@ -378,7 +378,9 @@ class H1Connection:
 
     def connection_lost(self) -> None:
         self._closed = True
-        self._timer.cancel()
+        self._timer.close()  # no cycle through its callback: the buffers go with the last reference
+        self.body.clear()
+        self.response_body.clear()
         self.resume_writing()
         task = self.task
         if task is not None and not task.done():

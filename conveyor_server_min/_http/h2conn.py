@@ -441,6 +441,10 @@ class H2Connection:
     def connection_lost(self) -> None:
         self._closed = True
         self._cancel_all()
+        # h2's connection object is a reference cycle (its frame dispatch table holds bound
+        # methods), so it waits for the cyclic GC: drop the large buffers it holds now.
+        self._frames._data = bytearray()
+        self._idle_timer.close()
 
     def _cancel_all(self) -> None:
         self._idle_timer.cancel()

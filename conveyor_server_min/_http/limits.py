@@ -115,6 +115,11 @@ class Deadline:
             self._handle.cancel()
             self._handle = None
 
+    def close(self) -> None:
+        """Cancel for good and drop the callback (it usually holds its owner: no cycle left)."""
+        self.cancel()
+        self._callback = _nothing
+
     def _fire(self) -> None:
         self._handle = None
         loop = asyncio.get_running_loop()
@@ -123,3 +128,7 @@ class Deadline:
             self._handle = loop.call_at(self._at, self._fire)
             return
         self._callback()
+
+
+def _nothing() -> None:
+    return None

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from .h1conn import H1Connection
 from .h2conn import H2Connection
 from .limits import HttpLimits, WindowCounter
+from .memory import Trimmer
 from .rpc import Router
 
 __all__ = ["HttpProtocol", "Hub", "make_ssl_context"]
@@ -51,6 +52,7 @@ class Hub:
         self.connections: set[HttpProtocol] = set()
         self.per_client: dict[str, int] = {}
         self._resets: dict[str, WindowCounter] = {}
+        self._trimmer = Trimmer()
         self.accepting = True
         self._all_closed: asyncio.Future[None] | None = None
 
@@ -117,6 +119,10 @@ class Hub:
     def discard(self, conn: HttpProtocol) -> None:
         """A connection is gone."""
         self.connections.discard(conn)
+        if self.accepting:
+            self._trimmer.poke()
+        else:
+            self._trimmer.cancel()
         client = conn.client
         if client is not None:
             conn.client = None
