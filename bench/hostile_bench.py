@@ -194,20 +194,21 @@ async def _flood(port: int, seconds: float, opening: bytes, unit: bytes, name: s
 
 async def ping_flood(port: int, seconds: float) -> str:
     """One connection sends PINGs and never reads the ACKs."""
-    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     sock = writer.get_extra_info("socket")
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     writer.write(PREFACE + SETTINGS)
     deadline, sent, burst = time.monotonic() + seconds, 0, PING * 4096
-    while time.monotonic() < deadline and not writer.transport.is_closing():
+    while time.monotonic() < deadline and not writer.transport.is_closing() and not reader.at_eof():
         writer.write(burst)
         sent += len(burst)
         with contextlib.suppress(ConnectionError, TimeoutError):
             async with asyncio.timeout(max(0.01, deadline - time.monotonic())):
                 await writer.drain()
         await asyncio.sleep(0)
+    state = "closed by server" if reader.at_eof() or writer.transport.is_closing() else "still open"
     _close_all([writer])
-    return f"{sent // len(PING):,} pings sent (the server stops reading once its replies back up)"
+    return f"{sent // len(PING):,} pings sent without reading; {state}"
 
 
 async def empty_data(port: int, seconds: float) -> str:

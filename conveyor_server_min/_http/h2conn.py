@@ -45,6 +45,7 @@ log = logging.getLogger("conveyor.server.http")
 
 STREAM_WINDOW = 1 << 20  # what each client stream may send before we acknowledge
 LINGER = 2.0  # seconds a half-closed connection discards late frames before closing
+LINGER_BYTES = 64 * 1024  # ... or until it has discarded this much
 _MAX_WINDOW = 2**31 - 1
 
 
@@ -88,6 +89,7 @@ class H2Connection:
             max_header_bytes=limits.max_header_bytes, max_empty_frames=limits.max_empty_frames
         )
         self._next_turn = False  # frames are waiting in the buffer for the next loop turn
+        self._linger_left = LINGER_BYTES
         self.h2.decoder.max_header_list_size = limits.max_header_bytes
         # Shared by the client's connections (see Hub.resets_for): reconnecting does not refill it.
         self._resets = resets or WindowCounter(limits.max_resets, limits.flood_window)
@@ -120,6 +122,9 @@ class H2Connection:
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
+            self._linger_left -= len(data)
+            if self._linger_left < 0:
+                self.transport.close()  # a peer still pushing data after GOAWAY gets no more reads
             return
         frames = self._frames
         frames.budget, frames.throttled = FRAMES_PER_TURN, False
@@ -409,8 +414,9 @@ class H2Connection:
 
         ``linger`` (closes the server decides on: idle, abuse, protocol errors)
         half-closes first and discards what the peer still sends for up to
-        ``LINGER`` seconds, so the peer reads the GOAWAY and its reason instead
-        of a TCP reset triggered by its own late frames.
+        ``LINGER`` seconds (``LINGER_BYTES`` at most), so the peer reads the
+        GOAWAY and its reason instead of a TCP reset triggered by its own late
+        frames.
         """
         if self._closed:
             if not linger:
