@@ -36,7 +36,7 @@ import h2.settings
 
 from .h2guard import FRAMES_PER_TURN, GuardedFrameBuffer
 from .h2stream import HIGH_WATER, H2Stream, RefusingConnection, header_dict
-from .limits import Deadline, HttpLimits, WindowCounter
+from .limits import Deadline, FloodCounters, HttpLimits, WindowCounter
 from .rpc import Router
 
 __all__ = ["HIGH_WATER", "H2Connection"]
@@ -59,7 +59,7 @@ class H2Connection:
         peer: str,
         *,
         limits: HttpLimits | None = None,
-        resets: WindowCounter | None = None,
+        floods: FloodCounters | None = None,
     ) -> None:
         self.transport = transport
         self.router = router
@@ -91,9 +91,9 @@ class H2Connection:
         self._next_turn = False  # frames are waiting in the buffer for the next loop turn
         self._linger_left = LINGER_BYTES
         self.h2.decoder.max_header_list_size = limits.max_header_bytes
-        # Shared by the client's connections (see Hub.resets_for): reconnecting does not refill it.
-        self._resets = resets or WindowCounter(limits.max_resets, limits.flood_window)
-        self._pings = WindowCounter(limits.max_pings, limits.flood_window)
+        # Shared by the client's connections (see Hub.floods_for): reconnecting does not refill them.
+        floods = floods or FloodCounters.new(limits)
+        self._resets, self._pings = floods.resets, floods.pings
         self._starting: list[H2Stream] = []
         self._idle_timer = Deadline(self._on_idle)
         self.streams: dict[int, H2Stream] = {}

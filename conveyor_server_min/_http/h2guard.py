@@ -26,7 +26,7 @@ from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame
 
 __all__ = ["FRAMES_PER_TURN", "EnhanceYourCalm", "GuardedFrameBuffer", "HeaderBlockTooLarge"]
 
-FRAMES_PER_TURN = 256  # work units parsed per event-loop turn (a few ms of h2 work at most)
+FRAMES_PER_TURN = 128  # work units parsed per event-loop turn (a few ms of h2 work at most)
 _HEADER_COST = 8
 _HEADER_TYPES = frozenset({0x1, 0x5, 0x9})  # HEADERS, PUSH_PROMISE, CONTINUATION
 

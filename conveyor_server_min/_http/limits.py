@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Deadline", "HttpLimits", "WindowCounter"]
+__all__ = ["Deadline", "FloodCounters", "HttpLimits", "WindowCounter"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +38,9 @@ class HttpLimits:
     * ``max_resets`` within ``flood_window``: RST_STREAM frames one client
       address may send, over all its connections (CVE-2023-44487, "rapid
       reset"); beyond it the connection gets GOAWAY(ENHANCE_YOUR_CALM).
-    * ``max_pings`` within ``flood_window``: PING frames per connection (gRPC
-      servers enforce a ping policy the same way); beyond it
-      GOAWAY(ENHANCE_YOUR_CALM).
+    * ``max_pings`` within ``flood_window``: PING frames one client address may
+      send, over all its connections (gRPC servers enforce a ping policy the
+      same way); beyond it GOAWAY(ENHANCE_YOUR_CALM).
     * ``max_empty_frames``: consecutive DATA frames without payload or
       END_STREAM (and empty CONTINUATION frames); beyond it GOAWAY(ENHANCE_YOUR_CALM).
     * ``max_pending_output``: bytes the server may hold for a peer that does
@@ -80,6 +80,20 @@ class WindowCounter:
             self._count = 0
         self._count += 1
         return self._count > self.limit
+
+
+@dataclass(frozen=True, slots=True)
+class FloodCounters:
+    """The RST_STREAM and PING counters of one client address, shared by all its connections."""
+
+    resets: WindowCounter
+    pings: WindowCounter
+
+    @classmethod
+    def new(cls, limits: HttpLimits) -> FloodCounters:
+        """Fresh counters for ``limits``."""
+        window = limits.flood_window
+        return cls(WindowCounter(limits.max_resets, window), WindowCounter(limits.max_pings, window))
 
 
 class Deadline:

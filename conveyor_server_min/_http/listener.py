@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from .h1conn import H1Connection
 from .h2conn import H2Connection
-from .limits import HttpLimits, WindowCounter
+from .limits import FloodCounters, HttpLimits
 from .memory import Trimmer
 from .rpc import Router
 
@@ -51,7 +51,7 @@ class Hub:
         self.limits = limits or HttpLimits()
         self.connections: set[HttpProtocol] = set()
         self.per_client: dict[str, int] = {}
-        self._resets: dict[str, WindowCounter] = {}
+        self._floods: dict[str, FloodCounters] = {}
         self._trimmer = Trimmer()
         self.accepting = True
         self._all_closed: asyncio.Future[None] | None = None
@@ -104,17 +104,16 @@ class Hub:
         conn.client = client
         return True
 
-    def resets_for(self, client: str | None) -> WindowCounter:
-        """The RST_STREAM counter of one client address, shared by all its connections."""
-        limits = self.limits
+    def floods_for(self, client: str | None) -> FloodCounters:
+        """The RST_STREAM/PING counters of one client address: reconnecting does not refill them."""
         if client is None:
-            return WindowCounter(limits.max_resets, limits.flood_window)
-        counter = self._resets.get(client)
-        if counter is None:
-            if len(self._resets) >= 4096:  # forget clients that are gone
-                self._resets = {c: v for c, v in self._resets.items() if c in self.per_client}
-            counter = self._resets[client] = WindowCounter(limits.max_resets, limits.flood_window)
-        return counter
+            return FloodCounters.new(self.limits)
+        counters = self._floods.get(client)
+        if counters is None:
+            if len(self._floods) >= 4096:  # forget clients that are gone
+                self._floods = {c: v for c, v in self._floods.items() if c in self.per_client}
+            counters = self._floods[client] = FloodCounters.new(self.limits)
+        return counters
 
     def discard(self, conn: HttpProtocol) -> None:
         """A connection is gone."""
@@ -178,7 +177,7 @@ class HttpProtocol(asyncio.Protocol):
         hub = self.hub
         if self._buf.startswith(H2_PREFACE):
             self.impl = H2Connection(
-                self.transport, hub.router, self.peer, limits=hub.limits, resets=hub.resets_for(self.client)
+                self.transport, hub.router, self.peer, limits=hub.limits, floods=hub.floods_for(self.client)
             )
         else:
             self.impl = H1Connection(
