@@ -25,7 +25,7 @@ import h11
 
 from conveyor_sdk.errors import Canceled, ResourceExhausted
 
-from .limits import Deadline, HttpLimits
+from .limits import Deadline, HttpLimits, close_soon
 from .rpc import Router
 
 __all__ = ["H1Connection", "could_start_request"]
@@ -369,7 +369,7 @@ class H1Connection:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self.transport.close()
+            close_soon(self.transport)
         self._timer.cancel()
 
     def abort(self) -> None:

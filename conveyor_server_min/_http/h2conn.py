@@ -36,7 +36,7 @@ import h2.settings
 
 from .h2guard import FRAMES_PER_TURN, GuardedFrameBuffer
 from .h2stream import HIGH_WATER, H2Stream, RefusingConnection, header_dict
-from .limits import Deadline, FloodCounters, HttpLimits, WindowCounter
+from .limits import CLOSE_GRACE, Deadline, FloodCounters, HttpLimits, WindowCounter, close_soon
 from .rpc import Router
 
 __all__ = ["HIGH_WATER", "H2Connection"]
@@ -44,7 +44,7 @@ __all__ = ["HIGH_WATER", "H2Connection"]
 log = logging.getLogger("conveyor.server.http")
 
 STREAM_WINDOW = 1 << 20  # what each client stream may send before we acknowledge
-LINGER = 2.0  # seconds a half-closed connection discards late frames before closing
+LINGER = CLOSE_GRACE  # seconds a half-closed connection discards late frames before closing
 LINGER_BYTES = 64 * 1024  # ... or until it has discarded this much
 _MAX_WINDOW = 2**31 - 1
 
@@ -364,7 +364,9 @@ class H2Connection:
             self.transport.write(data)
             if self._write_paused and self.transport.get_write_buffer_size() > self.limits.max_pending_output:
                 log.warning("%s does not read its responses; dropping the connection", self.peer)
-                self.abort()
+                self._closed = True
+                self.transport.abort()  # close() would wait for the buffer to drain: it never will
+                self._cancel_all()
 
     def pause_writing(self) -> None:
         """The socket buffer is full: stop sending stream data and stop reading (no new replies)."""
@@ -439,9 +441,9 @@ class H2Connection:
         if linger and transport.can_write_eof():
             transport.write_eof()
             transport.resume_reading()  # see the peer's EOF; data_received discards the rest
-            asyncio.get_running_loop().call_later(LINGER, transport.close)
+            asyncio.get_running_loop().call_later(LINGER, transport.abort)
         else:
-            transport.close()
+            close_soon(transport)
         self._cancel_all()
 
     def connection_lost(self) -> None:

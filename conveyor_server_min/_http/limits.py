@@ -12,7 +12,19 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Deadline", "FloodCounters", "HttpLimits", "WindowCounter"]
+__all__ = ["CLOSE_GRACE", "Deadline", "FloodCounters", "HttpLimits", "WindowCounter", "close_soon"]
+
+CLOSE_GRACE = 2.0  # seconds a closing connection may take to flush before it is aborted
+
+
+def close_soon(transport: asyncio.BaseTransport, grace: float = CLOSE_GRACE) -> None:
+    """Close after writing what is buffered; abort if the peer has not taken it within ``grace`` s.
+
+    ``transport.close()`` alone waits for the write buffer to drain, which a
+    peer that never reads would make last forever.
+    """
+    transport.close()
+    asyncio.get_running_loop().call_later(grace, transport.abort)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import h2.config
+import h2.connection
 import h2.errors
+import h2.settings
 import pytest
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_server_min._http.h2conn import H2Connection
 from conveyor_server_min._http.limits import HttpLimits, WindowCounter
+from conveyor_server_min._http.wire import encode_message
 
 from .._util import wait_until
 from .fakes import ENQUEUE, SESSION, FakeServices, ThreadServer
@@ -304,3 +308,30 @@ def test_window_counter_counts_per_window() -> None:
     counter = WindowCounter(3, 10.0)
     assert [counter.hit(t) for t in (0.0, 1.0, 2.0, 3.0)] == [False, False, False, True]
     assert counter.hit(10.5) is False  # a new window
+
+
+def test_pending_output_beyond_the_cap_drops_the_connection() -> None:
+    """A client that opens huge windows and never reads: past max_pending_output the server drops it."""
+    with _serve(max_pending_output=1024) as server:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.local_settings = h2.settings.Settings(
+            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1}
+        )
+        conn.initiate_connection()
+        conn.increment_flow_control_window(2**30)
+        request = [(":method", "POST"), (":scheme", "http"), (":authority", "t"), (":path", SESSION)]
+        conn.send_headers(1, [*request, ("content-type", "application/grpc")])
+        hello = pb.WorkerMessage(hello=pb.Hello(queues={"q": 1}, labels={"dispatch": "64", "size": "65536"}))
+        conn.send_data(1, encode_message(hello.SerializeToString()))
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            hub = server.server._hub  # type: ignore[union-attr]
+            wait_until(lambda: server.call(lambda: len(hub.connections)) == 1, 10, what="accepted")  # type: ignore[union-attr]
+
+            def shrink() -> None:
+                for c in hub.connections:  # type: ignore[union-attr]
+                    c.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+
+            server.call(shrink)
+            sock.sendall(conn.data_to_send())
+            wait_until(lambda: server.call(lambda: len(hub.connections)) == 0, 20, what="dropped")  # type: ignore[union-attr]
