@@ -36,7 +36,7 @@ import h2.settings
 
 from .h2guard import FRAMES_PER_TURN, GuardedFrameBuffer
 from .h2stream import HIGH_WATER, H2Stream, RefusingConnection, header_dict
-from .limits import CLOSE_GRACE, Deadline, FloodCounters, HttpLimits, WindowCounter, close_soon
+from .limits import Deadline, FloodCounters, HttpLimits, WindowCounter, close_soon
 from .rpc import Router
 
 __all__ = ["HIGH_WATER", "H2Connection"]
@@ -44,7 +44,7 @@ __all__ = ["HIGH_WATER", "H2Connection"]
 log = logging.getLogger("conveyor.server.http")
 
 STREAM_WINDOW = 1 << 20  # what each client stream may send before we acknowledge
-LINGER = CLOSE_GRACE  # seconds a half-closed connection discards late frames before closing
+LINGER = 1.0  # seconds a half-closed connection discards late frames before closing (as Go)
 LINGER_BYTES = 64 * 1024  # ... or until it has discarded this much
 _MAX_WINDOW = 2**31 - 1
 

@@ -3,8 +3,9 @@
 Python frees a closed connection's buffers, but glibc keeps the freed heap
 pages for reuse, so a burst of large reads (an attack, or just big uploads)
 leaves the RSS high long after the connections are gone. ``malloc_trim(0)``
-returns those pages. :class:`Trimmer` calls it at most once per ``interval``
-after a connection closed; on other C libraries it does nothing.
+returns those pages. :class:`Trimmer` calls it (after a young-generation
+garbage collection) at most once per ``interval`` after a connection closed;
+on other C libraries only the collection runs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 from collections.abc import Callable
 
 __all__ = ["Trimmer"]
@@ -44,7 +46,7 @@ class Trimmer:
 
     def poke(self) -> None:
         """A connection closed: trim once ``interval`` from now (unless one is already due)."""
-        if _MALLOC_TRIM is None or self._handle is not None:
+        if self._handle is not None:
             return
         self._handle = asyncio.get_running_loop().call_later(self.interval, self._trim)
 
@@ -56,5 +58,8 @@ class Trimmer:
 
     def _trim(self) -> None:
         self._handle = None
+        # Closed connections are partly reference cycles (h2's connection object); they are young,
+        # so a cheap young-generation collection frees them before the trim.
+        gc.collect(1)
         if _MALLOC_TRIM is not None:
             _MALLOC_TRIM(0)
