@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor_sdk.durations import parse_duration
+from conveyor_server_min._http.limits import HttpLimits
 from conveyor_server_min.service_api import EngineConfig
 
-__all__ = ["OPTIONS", "ConfigError", "Option", "ServerConfig", "build_config"]
+__all__ = ["OPTIONS", "ConfigError", "HttpLimits", "Option", "ServerConfig", "build_config"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -94,6 +95,16 @@ OPTIONS: tuple[Option, ...] = (
         "Retry budget when a task asks for 0 (25).",
         _E + "DEFAULT_MAX_RETRY",
     ),
+    Option("idle_timeout", "--idle-timeout", "duration", "Close connections idle this long (2m)."),
+    Option("header_timeout", "--header-timeout", "duration", "Time allowed for a request head (10s)."),
+    Option("body_timeout", "--body-timeout", "duration", "Longest pause inside a request body (30s)."),
+    Option("max_streams", "--max-streams", "int", "Concurrent HTTP/2 streams per connection (100)."),
+    Option(
+        "max_connections_per_client",
+        "--max-connections-per-client",
+        "int",
+        "Open connections per client IP address (128).",
+    ),
     Option(
         "tls_cert", "--tls-cert", "path", "PEM certificate chain; enables TLS with --tls-key.", metavar="FILE"
     ),
@@ -110,7 +121,18 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 _ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
-_POSITIVE = {"lease_ttl", "reap_interval", "promote_interval", "group_sweep_interval"}
+_HTTP_FIELDS = {f.name for f in dataclasses.fields(HttpLimits)}
+_POSITIVE = {
+    "lease_ttl",
+    "reap_interval",
+    "promote_interval",
+    "group_sweep_interval",
+    "idle_timeout",
+    "header_timeout",
+    "body_timeout",
+    "max_streams",
+    "max_connections_per_client",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +147,7 @@ class ServerConfig:
     tls_key: str | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE
-    max_concurrent_streams: int = 1000
+    http: HttpLimits = field(default_factory=HttpLimits)  # timeouts and per-client caps
     shutdown_grace: float = 3.0  # total budget for a graceful stop (sessions end, streams drain)
     db: str | None = None  # SQLite file of the durable store; None = in-memory broker
 
@@ -202,6 +224,7 @@ def build_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None)
     values.update(_from_flags(flags))
     _validate(values)
     engine = EngineConfig(**{k: v for k, v in values.items() if k in _ENGINE_FIELDS})
+    http = HttpLimits(**{k: v for k, v in values.items() if k in _HTTP_FIELDS})
     return ServerConfig(
         host=values.get("host", DEFAULT_HOST),
         port=values.get("port", DEFAULT_PORT),
@@ -211,6 +234,7 @@ def build_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None)
         tls_key=values.get("tls_key"),
         engine=engine,
         db=values.get("db") or None,
+        http=http,
     )
 
 

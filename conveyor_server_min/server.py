@@ -92,10 +92,9 @@ class Server:
             Authenticator(config.tokens),
             max_message=config.max_message_bytes,
             ready=self._ready,
+            body_timeout=config.http.body_timeout,
         )
-        self._hub = Hub(
-            router, max_message=config.max_message_bytes, max_streams=config.max_concurrent_streams
-        )
+        self._hub = Hub(router, max_message=config.max_message_bytes, limits=config.http)
         ssl_ctx = (
             make_ssl_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
         )

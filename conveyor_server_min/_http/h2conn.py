@@ -13,6 +13,12 @@ Rules this module keeps:
   RST_STREAM(REFUSED_STREAM); the connection lives on.
 * **Graceful shutdown.** ``shutdown()`` refuses new streams (REFUSED_STREAM),
   lets the open ones finish, then sends GOAWAY(NO_ERROR) and closes.
+* **Bounded by one client** (:class:`HttpLimits`): frames are size-checked from
+  their header (``h2guard``); a stream reset in the same read that opened it
+  never starts a handler, and its memory goes at once; RST_STREAM floods and
+  empty-frame floods end in GOAWAY(ENHANCE_YOUR_CALM); reading stops while
+  writes are paused and pending output is capped; a connection without streams
+  for ``idle_timeout`` gets GOAWAY(NO_ERROR).
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from .h2guard import FRAMES_PER_TURN, GuardedFrameBuffer
 from .h2stream import HIGH_WATER, H2Stream, RefusingConnection, header_dict
+from .limits import Deadline, FloodCounters, HttpLimits, WindowCounter, close_soon
 from .rpc import Router
 
 __all__ = ["HIGH_WATER", "H2Connection"]
@@ -36,6 +44,8 @@ __all__ = ["HIGH_WATER", "H2Connection"]
 log = logging.getLogger("conveyor.server.http")
 
 STREAM_WINDOW = 1 << 20  # what each client stream may send before we acknowledge
+LINGER = 1.0  # seconds a half-closed connection discards late frames before closing (as Go)
+LINGER_BYTES = 64 * 1024  # ... or until it has discarded this much
 _MAX_WINDOW = 2**31 - 1
 
 
@@ -43,11 +53,18 @@ class H2Connection:
     """Serves one HTTP/2 connection on an asyncio transport."""
 
     def __init__(
-        self, transport: asyncio.Transport, router: Router, peer: str, *, max_streams: int = 1000
+        self,
+        transport: asyncio.Transport,
+        router: Router,
+        peer: str,
+        *,
+        limits: HttpLimits | None = None,
+        floods: FloodCounters | None = None,
     ) -> None:
         self.transport = transport
         self.router = router
         self.peer = peer
+        self.limits = limits = limits or HttpLimits()
         # Header validation/normalisation in h2 costs ~15% of a unary call; we read only a few
         # headers and build our own responses, so it is switched off (framing is still checked).
         config = h2.config.H2Configuration(
@@ -62,12 +79,23 @@ class H2Connection:
         self.h2.local_settings = h2.settings.Settings(
             client=False,
             initial_values={
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_streams,
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_streams,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 64 * 1024,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_bytes,
                 h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 0,
             },
         )
+        self.h2.incoming_buffer = self._frames = GuardedFrameBuffer(
+            max_header_bytes=limits.max_header_bytes, max_empty_frames=limits.max_empty_frames
+        )
+        self._next_turn = False  # frames are waiting in the buffer for the next loop turn
+        self._linger_left = LINGER_BYTES
+        self.h2.decoder.max_header_list_size = limits.max_header_bytes
+        # Shared by the client's connections (see Hub.floods_for): reconnecting does not refill them.
+        floods = floods or FloodCounters.new(limits)
+        self._resets, self._pings = floods.resets, floods.pings
+        self._starting: list[H2Stream] = []
+        self._idle_timer = Deadline(self._on_idle)
         self.streams: dict[int, H2Stream] = {}
         self.held_bytes = 0  # see h2stream.BODY_BUDGET
         self.tasks: set[asyncio.Task[None]] = set()
@@ -88,22 +116,60 @@ class H2Connection:
         self.h2.initiate_connection()
         self.h2.increment_flow_control_window(_MAX_WINDOW - 65535)
         self._write_out()
+        self._idle_timer.set(self.limits.idle_timeout)
         if initial:
             self.data_received(initial)
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
+            self._linger_left -= len(data)
+            if self._linger_left < 0:
+                self.transport.close()  # a peer still pushing data after GOAWAY gets no more reads
             return
+        frames = self._frames
+        frames.budget, frames.throttled = FRAMES_PER_TURN, False
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
             log.debug("HTTP/2 protocol error from %s: %s", self.peer, exc)
-            self._write_out()
-            self.abort()
+            self._write_out()  # h2 has queued the GOAWAY
+            self._finish(True)
             return
         for event in events:
+            if self._closed:
+                break
             self._on_event(event)
+        if self._starting:
+            self._start_handlers()
         self._write_out()
+        if frames.throttled and not self._closed and not self._next_turn:
+            self._next_turn = True  # more frames wait: parse them on a later turn, read nothing new
+            self.transport.pause_reading()
+            asyncio.get_running_loop().call_soon(self._continue_frames)
+
+    def _continue_frames(self) -> None:
+        self._next_turn = False
+        self.data_received(b"")
+        if not self._next_turn and not self._closed and not self._write_paused:
+            self.transport.resume_reading()
+
+    def _start_handlers(self) -> None:
+        """Start a handler for each stream opened by this read that is still alive.
+
+        Deferred to the end of the read so that HEADERS + RST_STREAM arriving
+        together (rapid reset) cost no task at all.
+        """
+        starting, self._starting = self._starting, []
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        for st in starting:
+            if st.reset or st.id not in self.streams:
+                continue
+            task = loop.create_task(self._run(st), name=f"h2-stream-{st.id}")
+            st.task = task
+            self.tasks.add(task)
+            task.add_done_callback(lambda _t, st=st: self._stream_done(st))  # runs even if never started
 
     def _on_event(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.DataReceived):
@@ -122,19 +188,20 @@ class H2Connection:
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._write_out()
             self.abort()
+        elif isinstance(event, h2.events.PingReceived) and self._pings.hit(asyncio.get_running_loop().time()):
+            self._calm_down("PING frames", self._pings)
 
     def _on_request(self, event: h2.events.RequestReceived) -> None:
         sid = event.stream_id
         if self._draining:
-            self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            with contextlib.suppress(h2.exceptions.H2Error):  # the client may have reset it already
+                self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
             return
         headers = header_dict(event.headers or ())
         st = H2Stream(self, sid, headers)
         self.streams[sid] = st
         self._idle.clear()
-        task = asyncio.get_running_loop().create_task(self._run(st), name=f"h2-stream-{sid}")
-        st.task = task
-        self.tasks.add(task)
+        self._starting.append(st)
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
         st = self.streams.get(event.stream_id)
@@ -147,10 +214,18 @@ class H2Connection:
         st.wake_reader()
 
     def _on_reset(self, stream_id: int) -> None:
+        if self._resets.hit(asyncio.get_running_loop().time()):
+            self._calm_down("stream resets", self._resets)
+            return
         st = self.streams.get(stream_id)
         if st is None:
             return
         self._kill(st)
+
+    def _calm_down(self, what: str, counter: WindowCounter) -> None:
+        args = (self.peer, counter.limit, what, counter.window)
+        log.warning("%s sent more than %d %s in %gs; closing (ENHANCE_YOUR_CALM)", *args)
+        self.close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, linger=True)
 
     def _kill(self, st: H2Stream) -> None:
         st.reset = True
@@ -170,8 +245,6 @@ class H2Connection:
             pass
         except Exception:
             log.exception("unhandled error serving %s", st.path)
-        finally:
-            self._stream_done(st)
 
     def _stream_done(self, st: H2Stream) -> None:
         task = st.task
@@ -193,6 +266,7 @@ class H2Connection:
         st.chunks.clear()
         if not self.streams:
             self._idle.set()
+            self._idle_timer.set(self.limits.idle_timeout)
             if self._draining:
                 self.close()
 
@@ -303,13 +377,29 @@ class H2Connection:
         data = self.h2.data_to_send()
         if data:
             self.transport.write(data)
+            if self._write_paused and self.transport.get_write_buffer_size() > self.limits.max_pending_output:
+                log.warning("%s does not read its responses; dropping the connection", self.peer)
+                self._closed = True
+                self.transport.abort()  # close() would wait for the buffer to drain: it never will
+                self._cancel_all()
 
     def pause_writing(self) -> None:
+        """The socket buffer is full: stop sending stream data and stop reading (no new replies)."""
         self._write_paused = True
+        if not self._closed:
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        if not self._closed and not self._next_turn:
+            self.transport.resume_reading()
         self._schedule_flush()
+
+    def _on_idle(self) -> None:
+        """No stream for ``idle_timeout``: GOAWAY(NO_ERROR) and close (re-armed when streams end)."""
+        if not self._closed and not self.streams:
+            log.debug("closing idle HTTP/2 connection from %s", self.peer)
+            self.close(linger=True)
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -334,29 +424,54 @@ class H2Connection:
         while self.tasks:
             await asyncio.wait(list(self.tasks))
 
-    def close(self) -> None:
-        """Send a final GOAWAY and close the socket after writing what is buffered."""
+    def close(
+        self, code: h2.errors.ErrorCodes = h2.errors.ErrorCodes.NO_ERROR, *, linger: bool = False
+    ) -> None:
+        """Send a final GOAWAY and close the socket after writing what is buffered.
+
+        ``linger`` (closes the server decides on: idle, abuse, protocol errors)
+        half-closes first and discards what the peer still sends for up to
+        ``LINGER`` seconds (``LINGER_BYTES`` at most), so the peer reads the
+        GOAWAY and its reason instead of a TCP reset triggered by its own late
+        frames.
+        """
         if self._closed:
+            if not linger:
+                self.transport.close()  # e.g. server shutdown: end a lingering close now
             return
         with contextlib.suppress(h2.exceptions.H2Error):
-            self.h2.close_connection()
+            self.h2.close_connection(code)
         self._write_out()
-        self._closed = True
-        self.transport.close()
-        self._cancel_all()
+        self._finish(linger)
 
     def abort(self) -> None:
-        """Drop the connection now (protocol error, peer gone)."""
+        """Drop the connection now (peer gone or said GOAWAY)."""
         if not self._closed:
-            self._closed = True
-            self.transport.close()
+            self._finish(False)
+        self._cancel_all()
+
+    def _finish(self, linger: bool) -> None:
+        self._closed = True
+        transport = self.transport
+        if linger and transport.can_write_eof():
+            transport.write_eof()
+            transport.resume_reading()  # see the peer's EOF; data_received discards the rest
+            asyncio.get_running_loop().call_later(LINGER, transport.abort)
+        else:
+            close_soon(transport)
         self._cancel_all()
 
     def connection_lost(self) -> None:
         self._closed = True
         self._cancel_all()
+        # h2's connection object is a reference cycle (its frame dispatch table holds bound
+        # methods), so it waits for the cyclic GC: drop the large buffers it holds now.
+        self._frames._data = bytearray()
+        self._idle_timer.close()
 
     def _cancel_all(self) -> None:
+        self._idle_timer.cancel()
+        self._starting.clear()
         for st in list(self.streams.values()):
             self._kill(st)
         self.streams.clear()

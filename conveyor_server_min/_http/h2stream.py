@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import h2.connection
 import h2.errors
 
-from conveyor_sdk.errors import Canceled, ResourceExhausted
+from conveyor_sdk.errors import Canceled, DeadlineExceeded, ResourceExhausted
 
 if TYPE_CHECKING:
     from .h2conn import H2Connection
@@ -88,18 +88,28 @@ class H2Stream:
         self.held = 0  # request bytes handed to the handler before it answered (see BODY_BUDGET)
         self.trailers: list[tuple[str, str]] | None = None
         self.task: asyncio.Task[None] | None = None
-        self._readable: asyncio.Future[None] | None = None
+        self._readable: asyncio.Future[Any] | None = None
         self._drained: asyncio.Future[None] | None = None
 
     # ---- CallIO -------------------------------------------------------------------------------
-    async def read_chunk(self) -> bytes | None:
+    async def read_chunk(self, max_wait: float | None = None) -> bytes | None:
         while not self.chunks:
             if self.ended_in:
                 return None
             if self.reset:
                 raise Canceled("stream reset by the client")
-            self._readable = asyncio.get_running_loop().create_future()
-            await self._readable
+            loop = asyncio.get_running_loop()
+            self._readable = fut = loop.create_future()
+            if max_wait is None:
+                await fut
+                continue
+            timer = loop.call_later(max_wait, _expire, fut)
+            try:
+                await fut
+            finally:
+                timer.cancel()
+            if fut.result() is _EXPIRED:
+                raise DeadlineExceeded(f"request stalled: no data from the client for {max_wait:g}s")
         data, flow = self.chunks.popleft()
         conn = self._conn
         conn.ack(self.id, flow)
@@ -170,6 +180,14 @@ class H2Stream:
         fut = self._drained
         if fut is not None and not fut.done():
             fut.set_result(None)
+
+
+_EXPIRED = object()
+
+
+def _expire(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_result(_EXPIRED)
 
 
 def header_dict(raw: Any) -> dict[str, str]:

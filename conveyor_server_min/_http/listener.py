@@ -2,7 +2,9 @@
 
 Works the same over TLS (ALPN offers ``h2`` and ``http/1.1``; the client's
 first bytes decide either way). :class:`Hub` tracks live connections so the
-server can send GOAWAY, wait for open streams and close everything on stop.
+server can send GOAWAY, wait for open streams and close everything on stop,
+and counts them per client address (``max_connections_per_client``). The
+first bytes must arrive within ``header_timeout``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any, Protocol
 
 from .h1conn import H1Connection
 from .h2conn import H2Connection
+from .limits import FloodCounters, HttpLimits
+from .memory import Trimmer
 from .rpc import Router
 
 __all__ = ["HttpProtocol", "Hub", "make_ssl_context"]
@@ -23,7 +27,6 @@ __all__ = ["HttpProtocol", "Hub", "make_ssl_context"]
 log = logging.getLogger("conveyor.server.http")
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-SNIFF_TIMEOUT = 30.0
 
 
 class _Impl(Protocol):
@@ -42,11 +45,14 @@ class _Impl(Protocol):
 class Hub:
     """Shared state of one listener: the router, limits and the set of live connections."""
 
-    def __init__(self, router: Router, *, max_message: int, max_streams: int) -> None:
+    def __init__(self, router: Router, *, max_message: int, limits: HttpLimits | None = None) -> None:
         self.router = router
         self.max_message = max_message
-        self.max_streams = max_streams
+        self.limits = limits or HttpLimits()
         self.connections: set[HttpProtocol] = set()
+        self.per_client: dict[str, int] = {}
+        self._floods: dict[str, FloodCounters] = {}
+        self._trimmer = Trimmer()
         self.accepting = True
         self._all_closed: asyncio.Future[None] | None = None
 
@@ -88,9 +94,42 @@ class Hub:
                     conn.transport.abort()
             await asyncio.sleep(0)  # let the aborted transports run connection_lost
 
+    def admit(self, conn: HttpProtocol, client: str) -> bool:
+        """Register a new connection; False when its client already holds the maximum."""
+        self.connections.add(conn)
+        count = self.per_client.get(client, 0)
+        if count >= self.limits.max_connections_per_client:
+            return False
+        self.per_client[client] = count + 1
+        conn.client = client
+        return True
+
+    def floods_for(self, client: str | None) -> FloodCounters:
+        """The RST_STREAM/PING counters of one client address: reconnecting does not refill them."""
+        if client is None:
+            return FloodCounters.new(self.limits)
+        counters = self._floods.get(client)
+        if counters is None:
+            if len(self._floods) >= 4096:  # forget clients that are gone
+                self._floods = {c: v for c, v in self._floods.items() if c in self.per_client}
+            counters = self._floods[client] = FloodCounters.new(self.limits)
+        return counters
+
     def discard(self, conn: HttpProtocol) -> None:
         """A connection is gone."""
         self.connections.discard(conn)
+        if self.accepting:
+            self._trimmer.poke()
+        else:
+            self._trimmer.cancel()
+        client = conn.client
+        if client is not None:
+            conn.client = None
+            left = self.per_client.get(client, 1) - 1
+            if left > 0:
+                self.per_client[client] = left
+            else:
+                self.per_client.pop(client, None)
         fut = self._all_closed
         if not self.connections and fut is not None and not fut.done():
             fut.set_result(None)
@@ -104,6 +143,7 @@ class HttpProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.impl: _Impl | None = None
         self.peer = ""
+        self.client: str | None = None  # address counted against max_connections_per_client
         self._buf = b""
         self._sniff_timer: asyncio.TimerHandle | None = None
         self._shutdown = False
@@ -113,11 +153,16 @@ class HttpProtocol(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.hub.connections.add(self)
+        client = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        if not self.hub.admit(self, client):
+            log.warning("%s has too many open connections; closing the new one", client)
+            transport.abort()
+            return
         if not self.hub.accepting:
             transport.close()
             return
-        self._sniff_timer = asyncio.get_running_loop().call_later(SNIFF_TIMEOUT, transport.close)
+        timeout = self.hub.limits.header_timeout
+        self._sniff_timer = asyncio.get_running_loop().call_later(timeout, transport.abort)
 
     def data_received(self, data: bytes) -> None:
         if self.impl is not None:
@@ -131,9 +176,13 @@ class HttpProtocol(asyncio.Protocol):
             self._sniff_timer.cancel()
         hub = self.hub
         if self._buf.startswith(H2_PREFACE):
-            self.impl = H2Connection(self.transport, hub.router, self.peer, max_streams=hub.max_streams)
+            self.impl = H2Connection(
+                self.transport, hub.router, self.peer, limits=hub.limits, floods=hub.floods_for(self.client)
+            )
         else:
-            self.impl = H1Connection(self.transport, hub.router, self.peer, max_body=hub.max_message + 5)
+            self.impl = H1Connection(
+                self.transport, hub.router, self.peer, max_body=hub.max_message + 5, limits=hub.limits
+            )
         initial, self._buf = self._buf, b""
         self.impl.start(initial)
         if self._shutdown:

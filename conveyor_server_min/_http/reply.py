@@ -49,8 +49,11 @@ class CallIO(Protocol):
     def http2(self) -> bool:
         """Whether the exchange runs on HTTP/2 (full-duplex streams, trailers)."""
 
-    async def read_chunk(self) -> bytes | None:
-        """The next request body bytes; None once the client finished sending."""
+    async def read_chunk(self, max_wait: float | None = None) -> bytes | None:
+        """The next request body bytes; None once the client finished sending.
+
+        With ``max_wait``, waiting longer than that for bytes fails ``deadline_exceeded``.
+        """
 
     def respond(self, status: int, headers: list[tuple[str, str]], *, end: bool = False) -> None:
         """Send response headers (``end`` = no body follows)."""

@@ -61,11 +61,20 @@ class Router:
         *,
         max_message: int,
         ready: Callable[[], bool] = lambda: True,
+        body_timeout: float | None = None,
     ) -> None:
         self.services = services
         self.auth = auth
         self.max_message = max_message
         self.ready = ready
+        self.body_timeout = body_timeout
+
+    def rejects_before_body(self, method: str, authorization: str | None) -> bool:
+        """Whether a request will be refused whatever its body (a POST without valid credentials).
+
+        HTTP/1.1 uses this to answer without buffering the body.
+        """
+        return method == "POST" and self.auth.check(authorization) is not None
 
     async def handle(self, io: CallIO) -> None:
         """Serve one exchange to completion (always ends the response)."""
@@ -163,8 +172,10 @@ class Router:
         decoder = MessageDecoder(self.max_message, encoding)
         decode = neg.codec.decode
         connect = neg.wire is Wire.CONNECT_STREAM
+        timeout = self.body_timeout  # only until the first bytes: a session may then stay quiet
         while True:
-            chunk = await io.read_chunk()
+            chunk = await io.read_chunk(timeout)
+            timeout = None
             if chunk is None:
                 if decoder.pending:
                     raise InvalidArgument("request stream ended in the middle of a message")
@@ -177,7 +188,7 @@ class Router:
     async def _read_body(self, io: CallIO, limit: int) -> bytes:
         parts: list[bytes] = []
         size = 0
-        while (chunk := await io.read_chunk()) is not None:
+        while (chunk := await io.read_chunk(self.body_timeout)) is not None:
             size += len(chunk)
             if size > limit:
                 raise ResourceExhausted(f"request body exceeds the limit of {self.max_message} bytes")

@@ -49,6 +49,8 @@ class H2Client:
         self.closed = asyncio.Event()
         self.window_changed = asyncio.Event()
         self.remote_settings = asyncio.Event()
+        self.ping_acks = 0
+        self.ping_acked = asyncio.Event()
         self._reader_task: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None
 
@@ -81,6 +83,7 @@ class H2Client:
             pass
         finally:
             self.closed.set()
+            self.ping_acked.set()
             for st in self.streams.values():
                 st.changed.set()
 
@@ -101,15 +104,22 @@ class H2Client:
             st.ended = True
         elif isinstance(event, h2.events.StreamReset) and st is not None:
             st.reset_code = int(event.error_code or 0)
-        elif isinstance(event, h2.events.ConnectionTerminated):
+        else:
+            self._on_connection_event(event)
+        if st is not None:
+            st.changed.set()
+
+    def _on_connection_event(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.ConnectionTerminated):
             self.goaway = event
         elif isinstance(event, h2.events.WindowUpdated):
             self.window_changed.set()
+        elif isinstance(event, h2.events.PingAckReceived):
+            self.ping_acks += 1
+            self.ping_acked.set()
         elif isinstance(event, h2.events.RemoteSettingsChanged):
             self.remote_settings.set()
             self.window_changed.set()
-        if st is not None:
-            st.changed.set()
 
     async def open(
         self,
@@ -182,6 +192,41 @@ class H2Client:
         """Wait for ``count`` ServerMessages on the stream."""
         st = await self.wait(sid, lambda s: len(s.messages) >= count or s.done, timeout)
         return [pb.ServerMessage.FromString(data) for flags, data in st.messages[:count] if not flags & 0x02]
+
+    async def ping(self, timeout: float = 10.0) -> None:
+        """Send a PING and wait for its ACK (proves the connection is alive and served)."""
+        before = self.ping_acks
+        self.ping_acked.clear()
+        self.conn.ping(b"alive?!!")
+        await self._flush()
+        async with asyncio.timeout(timeout):
+            while self.ping_acks == before:
+                if self.closed.is_set():
+                    raise ConnectionError("connection closed")
+                self.ping_acked.clear()
+                await self.ping_acked.wait()
+
+    async def open_and_reset(self, path: str) -> int:
+        """HEADERS and RST_STREAM for a new stream in one write (the rapid-reset pattern)."""
+        sid = self.conn.get_next_available_stream_id()
+        self.streams[sid] = StreamState()
+        self.conn.send_headers(
+            sid,
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":authority", "test"),
+                (":path", path),
+                ("content-type", "application/grpc"),
+            ],
+        )
+        self.conn.reset_stream(sid, 8)
+        await self._flush()
+        return sid
+
+    async def wait_closed(self, timeout: float = 10.0) -> None:
+        """Until the server has closed the connection."""
+        await asyncio.wait_for(self.closed.wait(), timeout)
 
     async def ack(self, sid: int, size: int) -> None:
         self.conn.acknowledge_received_data(size, sid)

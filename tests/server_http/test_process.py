@@ -212,3 +212,19 @@ def test_port_in_use_is_one_line_error() -> None:
         proc = _run(["--dev", "--port", str(taken.getsockname()[1])])
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("error: cannot listen on 127.0.0.1:") and "Traceback" not in proc.stderr
+
+
+def test_timeout_flags_reach_the_real_server(server_proc: Callable[..., ServerProcess]) -> None:
+    """``--idle-timeout`` and ``--max-streams`` on the command line govern a real server process."""
+    proc = server_proc(["--idle-timeout", "300ms", "--max-streams", "7"])
+    host, port = proc.address.rsplit(":", 1)
+
+    async def main() -> None:
+        client = await H2Client().connect(host, int(port))
+        await asyncio.wait_for(client.remote_settings.wait(), 10)
+        assert client.conn.remote_settings.max_concurrent_streams == 7
+        await client.wait_closed(10)
+        assert client.goaway is not None and client.goaway.error_code == 0
+        await client.close()
+
+    asyncio.run(main())

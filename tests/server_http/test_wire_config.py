@@ -20,7 +20,7 @@ from conveyor_server_min._http.wire import (
     negotiate,
     parse_timeout,
 )
-from conveyor_server_min.config import ConfigError, build_config
+from conveyor_server_min.config import ConfigError, HttpLimits, build_config
 
 
 @pytest.mark.parametrize(
@@ -116,6 +116,17 @@ def test_build_config_precedence_and_defaults() -> None:
     assert build_config({}, {"CONVEYOR_API__ALLOW_UNAUTHENTICATED": "true"}).tokens == ()
 
 
+def test_build_config_http_limits() -> None:
+    """Timeout and cap flags reach ServerConfig.http; the rest keep their documented defaults."""
+    flags = {"dev": True, "idle_timeout": "1m", "header_timeout": "250ms", "body_timeout": "2s"}
+    cfg = build_config({**flags, "max_streams": "16", "max_connections_per_client": "4"}, {})
+    http = cfg.http
+    assert (http.idle_timeout, http.header_timeout, http.body_timeout) == (60.0, 0.25, 2.0)
+    assert (http.max_streams, http.max_connections_per_client) == (16, 4)
+    assert build_config({"dev": True}, {}).http == HttpLimits()
+    assert (HttpLimits().max_resets, HttpLimits().max_header_bytes) == (200, 64 * 1024)
+
+
 @pytest.mark.parametrize(
     ("flags", "needle"),
     [
@@ -123,6 +134,8 @@ def test_build_config_precedence_and_defaults() -> None:
         ({"dev": True, "default_max_retry": "-1"}, "--default-max-retry must not be negative"),
         ({"dev": True, "group_max_delay": "1 minute"}, "--group-max-delay"),
         ({}, "refusing to start"),
+        ({"dev": True, "body_timeout": "0s"}, "--body-timeout must be greater than zero"),
+        ({"dev": True, "max_streams": "0"}, "--max-streams must be greater than zero"),
     ],
 )
 def test_build_config_errors(flags: dict[str, object], needle: str) -> None:

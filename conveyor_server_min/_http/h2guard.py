@@ -1,0 +1,92 @@
+"""An h2 frame buffer that refuses oversized and useless frames before it buffers them.
+
+h2's own ``FrameBuffer`` waits until a whole frame has arrived before it checks
+the length against SETTINGS_MAX_FRAME_SIZE, so a header announcing 16 MiB makes
+it buffer 16 MiB. This one checks the 9-byte header as soon as it is there,
+caps the bytes of a header block (HEADERS + CONTINUATION) and counts
+consecutive empty DATA/CONTINUATION frames. Errors are h2 ``ProtocolError``
+subclasses, so ``H2Connection.receive_data`` sends the GOAWAY with their code.
+
+It also parses at most ``budget`` units of work per ``receive_data`` call (a
+frame costs 1; a HEADERS/CONTINUATION/PUSH_PROMISE frame, which means HPACK
+decoding, costs 8) and sets ``throttled`` when more complete frames wait: a read
+full of tiny frames (h2 spends ~25 us on a PING, ~100 us on a header block) is
+then processed over several event-loop turns, so other connections are served
+in between.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h2.errors
+import h2.exceptions
+from h2.frame_buffer import FrameBuffer
+from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame
+
+__all__ = ["FRAMES_PER_TURN", "EnhanceYourCalm", "GuardedFrameBuffer", "HeaderBlockTooLarge"]
+
+FRAMES_PER_TURN = 128  # work units parsed per event-loop turn (a few ms of h2 work at most)
+_HEADER_COST = 8
+_HEADER_TYPES = frozenset({0x1, 0x5, 0x9})  # HEADERS, PUSH_PROMISE, CONTINUATION
+
+
+class EnhanceYourCalm(h2.exceptions.ProtocolError):
+    """The peer is flooding us with frames that cost work and carry nothing."""
+
+    error_code = h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+
+
+class HeaderBlockTooLarge(h2.exceptions.ProtocolError):
+    """A header block is larger than the server accepts (HPACK state is lost with it)."""
+
+    error_code = h2.errors.ErrorCodes.PROTOCOL_ERROR
+
+
+class GuardedFrameBuffer(FrameBuffer):
+    """``FrameBuffer`` with early length checks, a header-block cap and an empty-frame budget."""
+
+    def __init__(self, *, max_header_bytes: int, max_empty_frames: int) -> None:
+        super().__init__(server=True)
+        self.max_header_bytes = max_header_bytes
+        self.max_empty_frames = max_empty_frames
+        self.empty_frames = 0
+        self.budget = FRAMES_PER_TURN
+        self.throttled = False
+        self._block_bytes = 0
+
+    def __next__(self) -> Any:
+        data = self._data
+        if len(data) < 9:
+            raise StopIteration
+        length = int.from_bytes(data[:3], "big")
+        if length > self.max_frame_size:
+            raise h2.exceptions.FrameTooLargeError(
+                f"frame of {length} bytes announced, max {self.max_frame_size}"
+            )
+        if self.budget <= 0:
+            self.throttled = len(data) >= 9 + length  # a whole frame is waiting for the next turn
+            raise StopIteration
+        self.budget -= _HEADER_COST if data[3] in _HEADER_TYPES else 1
+        return super().__next__()
+
+    def _update_header_buffer(self, f: Any) -> Any:
+        if isinstance(f, DataFrame):
+            self._count_empty(not f.data and "END_STREAM" not in f.flags)
+        elif isinstance(f, HeadersFrame | ContinuationFrame):
+            if isinstance(f, ContinuationFrame):
+                self._count_empty(not f.data)
+            self._block_bytes += len(f.data)
+            if self._block_bytes > self.max_header_bytes:
+                raise HeaderBlockTooLarge(f"header block larger than {self.max_header_bytes} bytes")
+            if "END_HEADERS" in f.flags:
+                self._block_bytes = 0
+        return super()._update_header_buffer(f)
+
+    def _count_empty(self, empty: bool) -> None:
+        if not empty:
+            self.empty_frames = 0
+            return
+        self.empty_frames += 1
+        if self.empty_frames > self.max_empty_frames:
+            raise EnhanceYourCalm(f"more than {self.max_empty_frames} consecutive empty frames")
