@@ -106,8 +106,11 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--reload", help="Reload on .py changes (development).")
         ] = False,
         metrics_port: Annotated[
-            int | None, typer.Option(help="Serve Prometheus /metrics and /healthz on this port.")
+            int | None, typer.Option(help="Serve Prometheus /metrics, /healthz and /readyz on this port.")
         ] = None,
+        metrics_host: Annotated[
+            str, typer.Option(help="Address for --metrics-port (0.0.0.0 for Kubernetes probes).")
+        ] = "127.0.0.1",
         log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
         demo: Annotated[
             bool, typer.Option("--demo", help="Run the app module's demo(client) producer.")
@@ -126,6 +129,7 @@ def register(app: typer.Typer) -> None:
             max_memory_per_child=max_memory_per_child,
             reload=reload,
             metrics_port=metrics_port,
+            metrics_host=metrics_host,
             log_format=log_format,
             demo=demo,
         )
@@ -148,6 +152,7 @@ def run_worker_command(
     metrics_port: int | None,
     log_format: str,
     demo: bool,
+    metrics_host: str = "127.0.0.1",
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
     from conveyor_sdk._runtime.supervisor import SupervisorConfig
@@ -182,6 +187,7 @@ def run_worker_command(
         max_memory_mb=max_memory_per_child,
         reload=reload,
         metrics_port=metrics_port,
+        metrics_host=metrics_host,
         log_format=log_format,
         demo=demo,
         live=sys.stderr.isatty() and log_format == "text",

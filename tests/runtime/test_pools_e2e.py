@@ -174,9 +174,8 @@ def test_readyz_is_503_while_the_server_is_unreachable(tmp_path: Path, worker_fa
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    worker = _worker(
-        worker_factory, tmp_path, url, "--processes", "1", "--metrics-port", "0", established=False
-    )
+    args = ("--processes", "1", "--metrics-port", "0", "--metrics-host", "127.0.0.1")
+    worker = _worker(worker_factory, tmp_path, url, *args, established=False)
     port = _metrics_port(worker)
     worker.wait_for("cannot connect")
     status, reason = _get(port, "/readyz")
