@@ -230,13 +230,15 @@ class Supervisor:
         }
         pending = set(runs)
         unexpected: list[BaseException] = []
+        stopped_others = False
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 exc = task.exception()
                 if exc is not None and not self._session_failed(runs[task], exc):
                     unexpected.append(exc)
-            if pending and (unexpected or self.exit_code != EXIT_OK):
+            if pending and not stopped_others and (unexpected or self.exit_code != EXIT_OK):
+                stopped_others = True  # once: a second stop would turn the drain into a release
                 self._stop_worker(fast=bool(unexpected))
         if unexpected:
             raise unexpected[0]

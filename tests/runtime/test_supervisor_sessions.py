@@ -1,7 +1,8 @@
-"""The live view and /metrics count parked deliveries, so in flight matches what the server holds.
+"""The supervisor's sessions against a scripted server: parked deliveries in the view, one fatal session.
 
-The reference server never sends a session more than its concurrency, so the upstream
-behaviour (``concurrency`` credits per declared queue) is played by a ScriptedPeer.
+The reference server never sends a session more than its concurrency and checks auth
+the same way for every session, so the upstream behaviour (``concurrency`` credits per
+declared queue) and a session-specific fatal error are played by a ScriptedPeer.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from rich.console import Console
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk._runtime.live import render
-from conveyor_sdk._runtime.supervisor import Supervisor, SupervisorConfig
+from conveyor_sdk._runtime.pools import PoolSpec
+from conveyor_sdk._runtime.supervisor import EXIT_SESSION, Supervisor, SupervisorConfig
 from conveyor_sdk._worker.registry import Registry
+from conveyor_sdk.errors import Code
 from conveyor_sdk.testing import PeerSession, ScriptedPeer
 from tests._util import eventually
 
@@ -106,6 +109,46 @@ def test_live_view_shows_parked_deliveries_in_flight(
                 sup._stop_worker(fast=True)
                 await peer.aclose()
                 await asyncio.wait_for(run, 30)
+                sup.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_fatal_error_on_one_session_drains_the_others_and_exits_6(
+    write_app: Callable[[str, str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two pools; the server refuses one session (permission denied): the other drains, exit code 6."""
+    folder = write_app("parkapp", APP)
+    monkeypatch.chdir(folder)
+
+    async def main() -> None:
+        async with ScriptedPeer() as peer:
+            peer.reject_next(Code.PERMISSION_DENIED, "not for you")
+            config = SupervisorConfig(
+                app="parkapp:app",
+                queues={"a": 1, "b": 1},
+                concurrency=2,
+                processes=2,
+                server=peer.url,
+                pools=(PoolSpec("fast", ("a",), 1),),
+                grace=5.0,
+            )
+            sup = Supervisor(config, Registry())
+            sup.prepare()
+            run = asyncio.create_task(sup.run())
+            try:
+                sess = await peer.accept(30)  # the session that was not refused
+                hello = await sess.recv()
+                assert hello is not None and hello.hello.concurrency == 1
+                await sess.send(_welcome())
+                await sess.wait_closed_by_client(15)  # drained: nothing ran, so it half-closes at once
+                await sess.end()
+                assert await asyncio.wait_for(run, 30) == EXIT_SESSION
+            finally:
+                if not run.done():
+                    sup._stop_worker(fast=True)
+                await peer.aclose()
+                await asyncio.gather(run, return_exceptions=True)
                 sup.shutdown()
 
     asyncio.run(main())
