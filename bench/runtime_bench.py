@@ -20,6 +20,7 @@ process's own utime+stime from /proc (children are separate processes).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import signal
 import statistics
@@ -89,6 +90,7 @@ def _timed(rounds: int) -> float:
 
 CLK = os.sysconf("SC_CLK_TCK")
 ENV = dict(os.environ)
+_RUNS = itertools.count(1)
 
 
 @dataclass
@@ -161,7 +163,7 @@ def _enqueue(client: SyncClient, type_: str, queue: str, n: int) -> None:
 
 
 def scenario(server: ServerProcess, folder: Path, name: str, type_: str, n: int, *args: str) -> Result:
-    queue = f"q{abs(hash(name)) % 10**8}"
+    queue = f"q{next(_RUNS)}"  # a fresh queue per run: its COMPLETED count starts at 0
     with SyncClient(server.url) as client:
         _enqueue(client, type_, queue, n)
         cmd = [sys.executable, "-m", "conveyor_cli", "worker", "bench_app:app", "--server", server.url,

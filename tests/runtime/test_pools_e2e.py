@@ -75,6 +75,21 @@ def _metrics_port(worker: WorkerProc) -> int:
     return int(found.group(1))
 
 
+def _held(port: int, queue: str) -> int:
+    """Running + parked tasks of ``queue`` according to the worker's /metrics."""
+    _, text = _get(port, "/metrics")
+    total = 0
+    for name in ("conveyor_tasks_in_flight", "conveyor_tasks_parked"):
+        found = re.search(rf'^{name}{{queue="{queue}"}} (\d+)$', text, re.MULTILINE)
+        total += int(found.group(1)) if found else 0
+    return total
+
+
+def _active(client: SyncClient, queue: str) -> int:
+    """Tasks of ``queue`` the server counts in flight (ACTIVE)."""
+    return sum(q.counts.get(TaskState.ACTIVE, 0) for q in client.admin.list_queues() if q.name == queue)
+
+
 def _enqueue(client: SyncClient, queue: str, seconds: float, n: int = 1) -> list[str]:
     return [client.enqueue("slow", str(seconds).encode(), queue=queue, retention=KEEP).id for _ in range(n)]
 
@@ -93,8 +108,11 @@ def test_dedicated_pool_serves_its_queue_while_another_queue_is_backlogged(
     with SyncClient(server.url) as client:
         b_ids = _enqueue(client, "b", 60, n=8)
         args = ("-q", "a=1", "-q", "b=1", "--pool", "fast:a:1", "--processes", "2", "--grace", "1s")
-        worker = _worker(worker_factory, tmp_path, server.url, *args)
+        worker = _worker(worker_factory, tmp_path, server.url, *args, "--metrics-port", "0")
+        port = _metrics_port(worker)
         wait_until(lambda: len(_marks(tmp_path, "start", "b")) == 2, timeout=30, what="b to fill its pool")
+        held = _held(port, "b")  # what this worker says it holds on b: running + parked
+        assert held == _active(client, "b") == 2  # before: the server counted 4 (2 of them parked unseen)
         a_ids = _enqueue(client, "a", 0.01, n=3)
         _done(client, a_ids, timeout=15)  # before one session per pool: never, b held every credit
         assert len(_marks(tmp_path, "start", "b")) == 2  # nothing pre-empted, nothing extra started
