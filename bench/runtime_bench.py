@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +100,8 @@ class Result:
     seconds: float
     sup_cpu: float
     child_rss_mib: list[float]
+    child_cores: float = 0.0  # CPU the children got, in cores (sum of their CPU time / wall time)
+    child_fed: list[float] = field(default_factory=list)  # per child: share of wall time running or runnable
 
     @property
     def rate(self) -> float:
@@ -114,6 +116,19 @@ def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def _sched(pid: int) -> tuple[float, float]:
+    """(CPU seconds, seconds runnable but waiting for a CPU) over all threads, from schedstat."""
+    cpu = wait = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                run_ns, wait_ns, _ = fh.read().split()
+            cpu, wait = cpu + int(run_ns), wait + int(wait_ns)
+    except OSError:
+        pass
+    return cpu / 1e9, wait / 1e9
 
 
 def _children(pid: int) -> list[int]:
@@ -177,17 +192,21 @@ def scenario(server: ServerProcess, folder: Path, name: str, type_: str, n: int,
                 break
         t0 = time.perf_counter()
         cpu0 = _cpu_seconds(proc.pid)
+        kids = [pid for pid in _children(proc.pid) if _is_child(pid)]
+        sched0 = {pid: _sched(pid) for pid in kids}
         rss: dict[int, float] = {}
         while _completed(client, queue) < n:
-            for pid in _children(proc.pid):
-                if _is_child(pid):
-                    rss[pid] = max(rss.get(pid, 0.0), _hwm_mib(pid))
+            for pid in kids:
+                rss[pid] = max(rss.get(pid, 0.0), _hwm_mib(pid))
             time.sleep(0.05)
         seconds = time.perf_counter() - t0
         sup_cpu = _cpu_seconds(proc.pid) - cpu0
+        deltas = [tuple(b - a for a, b in zip(sched0[pid], _sched(pid), strict=True)) for pid in kids]
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
-    return Result(name, n, seconds, sup_cpu, sorted(rss.values()))
+    cores = sum(d[0] for d in deltas) / seconds
+    fed = sorted((d[0] + d[1]) / seconds for d in deltas)
+    return Result(name, n, seconds, sup_cpu, sorted(rss.values()), cores, fed)
 
 
 def main() -> None:
@@ -209,14 +228,31 @@ def main() -> None:
         noop = ("--concurrency", "64")
         noop0 = scenario(server, folder, "no-op, --processes 0", "noop", noop_n, "--processes", "0", *noop)
         noop2 = scenario(server, folder, "no-op, --processes 2", "noop", noop_n, "--processes", "2", *noop)
-    print(f"{'scenario':<28}{'tasks':>7}{'tasks/s':>10}{'sup CPU/task':>15}{'child peak RSS MiB':>22}")
+    head = f"{'scenario':<28}{'tasks':>7}{'tasks/s':>10}{'sup CPU/task':>15}{'child peak RSS MiB':>22}"
+    print(f"{head}{'child cores':>13}{'child fed %':>14}")
     for r in [*(r for pair in pairs for r in pair), noop0, noop2]:
         rss = ", ".join(f"{v:.0f}" for v in r.child_rss_mib) or "-"
-        print(f"{r.name:<28}{r.tasks:>7}{r.rate:>10.0f}{r.cpu_per_task_us:>12.0f} us{rss:>22}")
+        fed = ", ".join(f"{v * 100:.0f}" for v in r.child_fed) or "-"
+        line = f"{r.name:<28}{r.tasks:>7}{r.rate:>10.0f}{r.cpu_per_task_us:>12.0f} us{rss:>22}"
+        print(f"{line}{r.child_cores:>13.2f}{fed:>14}")
     ratios = [two.rate / one.rate for one, two in pairs]
     print(
         f"\nCPU-bound speed-up, 2 processes vs 1: median {statistics.median(ratios):.2f}x of "
         f"{', '.join(f'{r:.2f}x' for r in ratios)} (target >= 1.85x)"
+    )
+    per_core = [
+        (two.rate / two.child_cores) / (one.rate / one.child_cores)
+        for one, two in pairs
+        if one.child_cores and two.child_cores
+    ]
+    if per_core:
+        print(
+            f"tasks per child CPU-second, 2 processes vs 1: median {statistics.median(per_core):.2f} "
+            "(1.00 = the runtime wastes no child CPU when going from 1 to 2 processes)"
+        )
+    print(
+        "child fed % = share of the wall time each child was running or waiting for a CPU (not idle for "
+        "lack of work); well under 100 means the runtime, not the machine, starved it"
     )
     print(f"no-op, process mode: {noop2.rate:.0f} tasks/s (target >= 2000); in-process: {noop0.rate:.0f}/s")
     print(
