@@ -251,8 +251,9 @@ def main() -> None:
             "(1.00 = the runtime wastes no child CPU when going from 1 to 2 processes)"
         )
     print(
-        "child fed % = share of the wall time each child was running or waiting for a CPU (not idle for "
-        "lack of work); well under 100 means the runtime, not the machine, starved it"
+        "child fed % = time each child's threads were running or waiting for a CPU, over the wall time "
+        "(above 100 when two of its threads were runnable at once); well under 100 means the child sat "
+        "idle for lack of work, i.e. the runtime, not the machine, held it back"
     )
     print(f"no-op, process mode: {noop2.rate:.0f} tasks/s (target >= 2000); in-process: {noop0.rate:.0f}/s")
     print(
