@@ -37,7 +37,12 @@ def mark(kind, task):
 @app.handler("slow")
 async def slow(task, ctx):
     mark("start", task)
-    await asyncio.sleep(float(task.payload.decode() or "0.01"))
+    what = task.payload.decode() or "0.01"
+    if what.startswith("gate:"):  # run until the test creates that file
+        while not (MARKS.parent / what[5:]).exists():
+            await asyncio.sleep(0.01)
+    else:
+        await asyncio.sleep(float(what))
     mark("done", task)
 """
 
@@ -90,7 +95,7 @@ def _active(client: SyncClient, queue: str) -> int:
     return sum(q.counts.get(TaskState.ACTIVE, 0) for q in client.admin.list_queues() if q.name == queue)
 
 
-def _enqueue(client: SyncClient, queue: str, seconds: float, n: int = 1) -> list[str]:
+def _enqueue(client: SyncClient, queue: str, seconds: float | str, n: int = 1) -> list[str]:
     return [client.enqueue("slow", str(seconds).encode(), queue=queue, retention=KEEP).id for _ in range(n)]
 
 
@@ -129,12 +134,14 @@ def test_shared_pool_lends_idle_slots_and_a_freed_slot_goes_to_the_queue_below_i
 ) -> None:
     """-q a=3 -q b=1 on 4 slots: a b burst holds all 4 until they end; the first freed slot goes to a."""
     with SyncClient(server.url) as client:
-        first = _enqueue(client, "b", 2.0)
+        first = _enqueue(client, "b", "gate:release")
         _enqueue(client, "b", 60, n=5)
         args = ("-q", "a=3", "-q", "b=1", "--processes", "1", "--concurrency", "4", "--grace", "1s")
         worker = _worker(worker_factory, tmp_path, server.url, *args)
         wait_until(lambda: len(_marks(tmp_path, "start")) == 4, timeout=30, what="b to borrow all 4 slots")
+        assert first[0] in {m[1] for m in _marks(tmp_path, "start")}
         _enqueue(client, "a", 60, n=4)
+        (tmp_path / "release").touch()  # only now does one b task end
         _done(client, first, timeout=30)
         wait_until(lambda: len(_marks(tmp_path, "start")) >= 5, timeout=15, what="the freed slot to be used")
         starts = _marks(tmp_path, "start")
