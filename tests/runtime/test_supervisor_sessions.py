@@ -123,7 +123,6 @@ def test_a_fatal_error_on_one_session_drains_the_others_and_exits_6(
 
     async def main() -> None:
         async with ScriptedPeer() as peer:
-            peer.reject_next(Code.PERMISSION_DENIED, "not for you")
             config = SupervisorConfig(
                 app="parkapp:app",
                 queues={"a": 1, "b": 1},
@@ -137,12 +136,15 @@ def test_a_fatal_error_on_one_session_drains_the_others_and_exits_6(
             sup.prepare()
             run = asyncio.create_task(sup.run())
             try:
-                sess = await peer.accept(30)  # the session that was not refused
-                hello = await sess.recv()
-                assert hello is not None and hello.hello.concurrency == 1
-                await sess.send(_welcome())
-                await sess.wait_closed_by_client(15)  # drained: nothing ran, so it half-closes at once
-                await sess.end()
+                kept, refused = await peer.accept(30), await peer.accept(30)
+                for sess in (kept, refused):
+                    hello = await sess.recv()
+                    assert hello is not None and hello.hello.concurrency == 1
+                await kept.send(_welcome())
+                await eventually(lambda: _true(any(w.phase == "open" for w in sup.workers.values())), 15)
+                await refused.end(Code.PERMISSION_DENIED, "not for you")
+                await kept.wait_closed_by_client(15)  # drained: nothing ran, so it half-closes at once
+                await kept.end()
                 assert await asyncio.wait_for(run, 30) == EXIT_SESSION
             finally:
                 if not run.done():
