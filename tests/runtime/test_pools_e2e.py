@@ -209,3 +209,20 @@ def test_readyz_is_503_while_the_server_is_unreachable(tmp_path: Path, worker_fa
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0
     assert "established" not in worker.output
+
+
+def test_readyz_in_process_mode(tmp_path: Path, server: ServerProcess, worker_factory: Factory) -> None:
+    """--processes 0: one session, no children; /readyz is 200 once it is established, 503 while draining."""
+    args = ("--processes", "0", "--metrics-port", "0", "--grace", "30s")
+    worker = _worker(worker_factory, tmp_path, server.url, *args)
+    port = _metrics_port(worker)
+    wait_until(lambda: _get(port, "/readyz") == (200, "ok\n"), timeout=15, what="readyz 200")
+    with SyncClient(server.url) as client:
+        [task_id] = _enqueue(client, "default", "gate:release")
+        wait_until(lambda: _marks(tmp_path, "start"), timeout=15, what="the task to start")
+        worker.signal(signal.SIGTERM)  # drains: the gated task holds the drain open
+        wait_until(lambda: _get(port, "/readyz") == (503, "draining\n"), timeout=15, what="readyz 503")
+        assert _get(port, "/healthz") == (200, "ok (draining)\n")
+        (tmp_path / "release").touch()
+        assert worker.wait(30) == 0
+        assert client.get_task(task_id).state is TaskState.COMPLETED
