@@ -50,12 +50,14 @@ def _dispatch(tid: str, queue: str) -> pb.ServerMessage:
     return msg
 
 
-async def _heartbeat_ids(sess: PeerSession) -> list[str]:
-    while True:
-        msg = await sess.recv(10)
-        assert msg is not None
-        if msg.WhichOneof("frame") == "heartbeat":
-            return sorted(msg.heartbeat.active_task_ids)
+async def _heartbeat_listing(sess: PeerSession, ids: list[str]) -> list[str]:
+    """Wait (10 s at most) for a Heartbeat listing ``ids``; earlier ones may predate some dispatches."""
+    async with asyncio.timeout(10):
+        while True:
+            msg = await sess.recv(10)
+            assert msg is not None
+            if msg.WhichOneof("frame") == "heartbeat" and sorted(msg.heartbeat.active_task_ids) == ids:
+                return ids
 
 
 def _queue_rows(text: str) -> dict[str, list[str]]:
@@ -95,7 +97,7 @@ def test_live_view_shows_parked_deliveries_in_flight(
                 for tid in ids:
                     await sess.send(_dispatch(tid, tid[0]))
                 await eventually(lambda: _true(sup.in_flight() == {"a": (2, 0), "b": (0, 2)}), 15)
-                server_count = await _heartbeat_ids(sess)
+                server_count = await _heartbeat_listing(sess, ids)  # all 4 keep their leases
                 console = Console(record=True, width=140)
                 console.print(render(sup))
                 rows = _queue_rows(console.export_text())
