@@ -131,8 +131,12 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--reload", help="Reload on .py changes (development).")
         ] = False,
         metrics_port: Annotated[
-            int | None, typer.Option(help="Serve Prometheus /metrics and /healthz on this port (0..65535).")
+            int | None,
+            typer.Option(help="Serve Prometheus /metrics, /healthz and /readyz on this port (0..65535)."),
         ] = None,
+        metrics_host: Annotated[
+            str, typer.Option(help="Address for --metrics-port (0.0.0.0 for Kubernetes probes).")
+        ] = "127.0.0.1",
         log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
         log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
         demo: Annotated[
@@ -169,6 +173,7 @@ def register(app: typer.Typer) -> None:
             max_memory_per_child=max_memory_per_child,
             reload=reload,
             metrics_port=metrics_port,
+            metrics_host=metrics_host,
             log_format=log_format,
             log_level=log_level,
             demo=demo,
@@ -197,6 +202,7 @@ def run_worker_command(
     key_file: str | None = None,
     embedded_db: str | None = None,
     log_level: str = "info",
+    metrics_host: str = "127.0.0.1",
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
     from conveyor_sdk._runtime.logs import parse_level
@@ -214,7 +220,7 @@ def run_worker_command(
             raise ValueError(f"--grace must be >= 0, got {grace}")
         _in_range("--max-tasks-per-child", max_tasks_per_child, 0)
         _in_range("--max-memory-per-child", max_memory_per_child, 0)
-        _check_metrics_port("127.0.0.1", metrics_port)
+        _check_metrics_port(metrics_host, metrics_port)
         if not server:
             from conveyor_sdk._runtime.embedded import preferred_port
 
@@ -243,6 +249,7 @@ def run_worker_command(
         max_memory_mb=max_memory_per_child,
         reload=reload,
         metrics_port=metrics_port,
+        metrics_host=metrics_host,
         log_format=log_format,
         log_level=log_level.lower(),
         demo=demo,

@@ -149,6 +149,19 @@ class WorkerSession:
     def job(self, job_id: str) -> JobRecord | None:
         return self._jobs.get(job_id)
 
+    def in_flight_by_queue(self) -> dict[str, tuple[int, int]]:
+        """Queue -> (running, parked) *tasks* of the live stream: what the server counts in flight."""
+        counts: dict[str, tuple[int, int]] = {}
+        for rec in self._live_records():
+            running, parked = counts.get(rec.delivery.queue, (0, 0))
+            n = len(rec.delivery.tasks)
+            if rec.state is JobState.RUNNING:
+                running += n
+            else:
+                parked += n
+            counts[rec.delivery.queue] = (running, parked)
+        return counts
+
     def statistics(self) -> SessionStatistics:
         c = self._counts
         return SessionStatistics(

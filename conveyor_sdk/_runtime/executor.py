@@ -33,7 +33,7 @@ from conveyor_sdk._runtime.fleet import ExecutorOptions, Fleet, Pool, RuntimeFai
 from conveyor_sdk._runtime.proc import ChildProc, ChildState, RunningJob, describe_exit
 from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, Outcome, OutcomeKind
 
-__all__ = ["ExecutorOptions", "ProcessExecutor", "RuntimeFailure"]
+__all__ = ["ExecutorOptions", "PoolExecutor", "ProcessExecutor", "RuntimeFailure"]
 
 log = logging.getLogger("conveyor.runtime")
 
@@ -51,9 +51,18 @@ class ProcessExecutor(Fleet):
         return f"<ProcessExecutor children={len(self.children())} running={len(self.running)}>"
 
     # -- lifecycle -------------------------------------------------------------------
-    async def start(self, wakeup: Callable[[], None]) -> None:
-        """Wait until every child is ready. Raises RuntimeFailure."""
-        self._wakeup = wakeup
+    async def start(self, wakeup: Callable[[], None], pool: str | None = None) -> None:
+        """Wait until every child is ready. Raises RuntimeFailure.
+
+        ``wakeup`` is called when ``pool``'s capacity may have freed (``None``: any pool).
+        Several sessions (one per pool) may call this; the children start once.
+        """
+        self._wakeups[pool] = wakeup
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start_children())
+        await asyncio.shield(self._started)
+
+    async def _start_children(self) -> None:
         if not self.children():
             self.spawn()
         children = self.children()
@@ -77,9 +86,13 @@ class ProcessExecutor(Fleet):
         if self._tick is None:
             self._tick = asyncio.create_task(self._ticker(), name="conveyor-runtime-tick")
 
+    def for_pool(self, name: str) -> PoolExecutor:
+        """The executor one pool's session uses (its own wakeup and drain; children shared)."""
+        return PoolExecutor(self, name)
+
     def can_start(self, job: Job) -> bool:
         pool = self._pool_for(job)
-        if self._closing or pool is None:
+        if self._closing or pool is None or pool.closing:
             return False
         if pool.book.allows(job.queue, pool.free(), time.monotonic()):
             return True
@@ -92,7 +105,7 @@ class ProcessExecutor(Fleet):
             return [Outcome(OutcomeKind.RETRY, f"no pool serves queue {job.queue!r}") for _ in job.tasks]
         child = pool.pick()
         while child is None:  # can_start said yes; tolerate a lost race by waiting for a slot
-            if self._closing:
+            if self._closing or pool.closing:
                 return [Outcome(OutcomeKind.RELEASED, "worker stopping") for _ in job.tasks]
             await asyncio.sleep(0.01)
             child = pool.pick()
@@ -118,7 +131,7 @@ class ProcessExecutor(Fleet):
             running.kill_timer.cancel()
         pool.book.release(job.queue)
         self._maybe_recycle(running.child)
-        self._wakeup()
+        self._wakeup(pool.spec.name)
 
     def cancel(self, job_id: str, reason: CancelReason) -> None:
         running = self.running.get(job_id)
@@ -154,17 +167,31 @@ class ProcessExecutor(Fleet):
         for task in list(self._background):  # no respawn, recycle or reload from now on
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        if self.running:
-            pending = [r.future for r in self.running.values()]
-            await asyncio.wait(pending, timeout=max(0.0, grace))
-        for running in list(self.running.values()):
-            self.cancel(running.job.job_id, CancelReason.DRAIN)
-        if self.running:
-            await asyncio.wait([r.future for r in self.running.values()], timeout=self.options.kill_grace + 2)
+        await self._finish_jobs(list(self.running.values()), grace)
         await self._stop_children(self.children())
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None
+        if self._started is not None and not self._started.done():
+            self._started.cancel()
+
+    async def close_pool(self, name: str, grace: float) -> None:
+        """One pool's session is done: its jobs finish within ``grace``, then are released.
+
+        The children keep running (the supervisor stops them with :meth:`close`).
+        """
+        pool = self.pools[name]
+        pool.closing = True
+        await self._finish_jobs([r for r in self.running.values() if r.child.pool == name], grace)
+
+    async def _finish_jobs(self, jobs: list[RunningJob], grace: float) -> None:
+        if jobs:
+            await asyncio.wait([r.future for r in jobs], timeout=max(0.0, grace))
+        left = [r for r in jobs if not r.future.done()]
+        for running in left:
+            self.cancel(running.job.job_id, CancelReason.DRAIN)
+        if left:
+            await asyncio.wait([r.future for r in left], timeout=self.options.kill_grace + 2)
 
     # -- child events ----------------------------------------------------------------
     def _on_message(self, child: ChildProc, message: pipe.PipeMessage) -> None:
@@ -217,7 +244,7 @@ class ProcessExecutor(Fleet):
             child.state = ChildState.READY
         if child.ready is not None:
             child.ready.set()
-        self._wakeup()
+        self._wakeup(child.pool)
 
     def _on_done(self, child: ChildProc, message: pipe.JobDone) -> None:
         running = child.jobs.get(message.job_id)
@@ -243,7 +270,7 @@ class ProcessExecutor(Fleet):
         expected = self._closing or self._starting or child.retired or unready_spare
         if not expected:
             self._replace(pool, child)
-        self._wakeup()
+        self._wakeup(child.pool)
 
     def _fail_jobs(self, child: ChildProc) -> None:
         died = f"worker process died: {describe_exit(child.returncode)}"
@@ -267,3 +294,33 @@ class ProcessExecutor(Fleet):
         if pool is None and len(self.pools) == 1:
             return next(iter(self.pools.values()))
         return pool
+
+
+class PoolExecutor:
+    """One pool's view of a :class:`ProcessExecutor`: what that pool's session (Worker) is given.
+
+    Jobs go to the pool's own children; ``start`` registers this pool's wakeup (the
+    children start once for all pools); ``close`` drains only this pool's jobs.
+    """
+
+    def __init__(self, fleet: ProcessExecutor, pool: str) -> None:
+        self.fleet = fleet
+        self.pool = pool
+
+    def __repr__(self) -> str:
+        return f"<PoolExecutor {self.pool} of {self.fleet!r}>"
+
+    async def start(self, wakeup: Callable[[], None]) -> None:
+        await self.fleet.start(wakeup, self.pool)
+
+    def can_start(self, job: Job) -> bool:
+        return self.fleet.can_start(job)
+
+    async def run(self, job: Job, control: JobControl) -> list[Outcome]:
+        return await self.fleet.run(job, control)
+
+    def cancel(self, job_id: str, reason: CancelReason) -> None:
+        self.fleet.cancel(job_id, reason)
+
+    async def close(self, grace: float) -> None:
+        await self.fleet.close_pool(self.pool, grace)

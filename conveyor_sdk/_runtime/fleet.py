@@ -52,14 +52,21 @@ class ExecutorOptions:
 
 
 class Pool:
-    """One pool's children and its weighted slot book."""
+    """One pool's children and its weighted slot book.
+
+    ``capacity`` (processes x slots per child) is the concurrency its session declares.
+    """
 
     def __init__(self, spec: PoolSpec, weights: dict[str, int], capacity: int) -> None:
         self.spec = spec
+        self.capacity = spec.processes * capacity
+        self.weights = {q: weights.get(q, 1) for q in spec.queues}
         self.children: list[ChildProc] = []
-        self.book = SlotBook({q: weights.get(q, 1) for q in spec.queues}, spec.processes * capacity)
+        self.book = SlotBook(self.weights, self.capacity)
         self.start_failures = 0
         self.crashes: list[float] = []
+        self.closing = False  # its session drained: start nothing more here
+        self._turn = 0  # round-robin cursor for ties in pick()
 
     def active(self) -> list[ChildProc]:
         return [c for c in self.children if c.state is ChildState.READY]
@@ -68,10 +75,18 @@ class Pool:
         return sum(c.free for c in self.children)
 
     def pick(self) -> ChildProc | None:
+        """The least-loaded ready child (most free slots); ties go round-robin."""
+        children = self.children
+        n = len(children)
         best: ChildProc | None = None
-        for child in self.children:
+        best_at = 0
+        for step in range(n):
+            at = (self._turn + step) % n
+            child = children[at]
             if child.free and (best is None or child.free > best.free):
-                best = child
+                best, best_at = child, at
+        if best is not None:
+            self._turn = best_at + 1
         return best
 
 
@@ -92,7 +107,7 @@ class Fleet:
         self.pools = {p.name: Pool(p, weights, child_args.capacity) for p in pools}
         self._queue_pool = {q: pool for pool in self.pools.values() for q in pool.spec.queues}
         self.running: dict[str, RunningJob] = {}
-        self._wakeup: Callable[[], None] = lambda: None
+        self._wakeups: dict[str | None, Callable[[], None]] = {}  # pool name (None = every pool) -> wakeup
         self._next_index = 0
         self._generation = 0
         self._closing = False
@@ -103,6 +118,7 @@ class Fleet:
         self.on_failure: Callable[[RuntimeFailure], None] = lambda exc: None
         self.restarts = 0
         self._starting = False
+        self._started: asyncio.Future[None] | None = None
         self._reload_lock: asyncio.Lock | None = None
         self._reload_again = False
         self.good_code: str | None = None  # copy of the .py files the serving generation loaded
@@ -110,6 +126,17 @@ class Fleet:
 
     def children(self) -> list[ChildProc]:
         return [c for pool in self.pools.values() for c in pool.children]
+
+    def _wakeup(self, pool: str | None = None) -> None:
+        """Tell the session(s) that capacity may have freed: ``pool``'s, or every one."""
+        if pool is None:
+            for wake in list(self._wakeups.values()):
+                wake()
+            return
+        for key in (pool, None):
+            one = self._wakeups.get(key)
+            if one is not None:
+                one()
 
     def spawn(self) -> None:
         """Start every pool's children (synchronous; call before opening connections)."""
@@ -260,7 +287,7 @@ class Fleet:
             if await self._await_fresh([fresh]):
                 self._retire(child)
                 self.observer.child_restarted(child, "recycled")
-                self._wakeup()
+                self._wakeup(pool.spec.name)
         finally:
             self._recycling = None
 
@@ -304,6 +331,10 @@ class Fleet:
             self.failure = failure
             log.error("%s", failure)
             self.on_failure(failure)
+
+    def ticking(self) -> bool:
+        """False once the periodic check task has died (a bug; /healthz reports it)."""
+        return self._tick is None or not self._tick.done()
 
     async def _ticker(self) -> None:
         interval = max(0.05, min(1.0, self.child_args.beat))

@@ -38,15 +38,42 @@ def _children_table(sup: Supervisor) -> Table:
     return table
 
 
+def _pools_table(sup: Supervisor) -> Table:
+    """One row per pool: its session, capacity (= the session's concurrency), running and parked."""
+    table = Table(title="pools (one session each)", show_edge=False)
+    for col in ("pool", "queues", "session", "capacity", "running", "parked"):
+        table.add_column(col, justify="right" if col in ("capacity", "running", "parked") else "left")
+    for name, worker in sup.workers.items():
+        counts = worker.in_flight_by_queue().values()
+        table.add_row(
+            name,
+            ",".join(worker.queues),
+            worker.phase,
+            str(worker.concurrency),
+            str(sum(r for r, _ in counts)),
+            str(sum(p for _, p in counts)),
+        )
+    return table
+
+
+def _queues_table(sup: Supervisor) -> Table:
+    """One row per queue; ``in flight`` = running + parked, the number the server counts."""
+    table = Table(title="in flight per queue", show_edge=False)
+    for col in ("queue", "pool", "weight", "running", "parked", "in flight"):
+        table.add_column(col, justify="left" if col in ("queue", "pool") else "right")
+    pool_of = {q: name for name, w in sup.workers.items() for q in w.queues}
+    in_flight = sup.in_flight()
+    for queue, weight in sup.config.queues.items():
+        running, parked = in_flight.get(queue, (0, 0))
+        table.add_row(
+            queue, pool_of.get(queue, "-"), str(weight), str(running), str(parked), str(running + parked)
+        )
+    return table
+
+
 def render(sup: Supervisor) -> Group:
     """One frame of the view."""
     m = sup.metrics
-    queues = Table(title="in flight per queue", show_edge=False)
-    queues.add_column("queue")
-    queues.add_column("in flight", justify="right")
-    queues.add_column("weight", justify="right")
-    for queue, weight in sup.config.queues.items():
-        queues.add_row(queue, str(m.in_flight.get(queue, 0)), str(weight))
     restarts = sum(m.restarts.values())
     head = Text.assemble(
         ("conveyor worker ", "bold"),
@@ -55,7 +82,7 @@ def render(sup: Supervisor) -> Group:
         (f"{m.rate():.1f} tasks/s", "green"),
         f"   failures {m.failures}   restarts {restarts}",
     )
-    return Group(head, _children_table(sup), queues)
+    return Group(head, _children_table(sup), _pools_table(sup), _queues_table(sup))
 
 
 async def run_live(sup: Supervisor, interval: float = 0.5) -> None:

@@ -1,4 +1,4 @@
-"""Supervisor-side metrics: counters, a duration histogram, Prometheus text, ``/healthz``.
+"""Supervisor-side metrics: counters, a duration histogram, Prometheus text, ``/healthz``, ``/readyz``.
 
 :class:`Metrics` is an executor observer (see ``observe.py``); it aggregates
 what the children report, so nothing is shared between processes. The HTTP
@@ -6,8 +6,11 @@ endpoint is a deliberately tiny HTTP/1.1 responder (GET only, one response per
 connection) serving:
 
 * ``/metrics`` - Prometheus text exposition format 0.0.4;
-* ``/healthz`` - ``200 ok`` while the runtime is healthy (children ready, no
-  fatal failure), ``503`` otherwise; answered from local state, no server round-trip.
+* ``/healthz`` - liveness: ``200 ok`` while the supervisor and its children are
+  alive, ``503`` with the reason otherwise;
+* ``/readyz`` - readiness: ``200 ok`` only while every pool's session is established
+  (and has a ready child) and the worker is not draining, ``503`` with a short reason
+  otherwise. Both answer from local state, no server round trip (see ``health.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import contextlib
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from conveyor_sdk._worker.executor import Job, Outcome, OutcomeKind
@@ -99,8 +102,18 @@ class Metrics:
         recent = sum(1 for t in self.finished_at if now - t <= window)
         return recent / window
 
-    def render(self, children: int = 0) -> str:
-        """Prometheus text exposition of everything."""
+    def render(
+        self,
+        children: int = 0,
+        *,
+        sessions: Mapping[str, bool] | None = None,
+        parked: Mapping[str, int] | None = None,
+    ) -> str:
+        """Prometheus text exposition of everything.
+
+        ``sessions``: pool -> session established; ``parked``: queue -> tasks delivered
+        but not started (the server counts them in flight; they are heartbeated).
+        """
         out = [
             "# HELP conveyor_tasks_total Tasks finished, by type, queue and outcome.",
             "# TYPE conveyor_tasks_total counter",
@@ -125,6 +138,18 @@ class Metrics:
         for queue, n in sorted(self.in_flight.items()):
             out.append(f"conveyor_tasks_in_flight{_labels(queue=queue)} {n}")
         out += [
+            "# HELP conveyor_tasks_parked Tasks delivered to this worker and heartbeated, not started yet.",
+            "# TYPE conveyor_tasks_parked gauge",
+        ]
+        for queue, n in sorted((parked or {}).items()):
+            out.append(f"conveyor_tasks_parked{_labels(queue=queue)} {n}")
+        out += [
+            "# HELP conveyor_session_up 1 while the pool's session is established.",
+            "# TYPE conveyor_session_up gauge",
+        ]
+        for pool, up in sorted((sessions or {}).items()):
+            out.append(f"conveyor_session_up{_labels(pool=pool)} {int(up)}")
+        out += [
             "# HELP conveyor_child_restarts_total Child processes replaced, by reason.",
             "# TYPE conveyor_child_restarts_total counter",
         ]
@@ -139,18 +164,20 @@ class Metrics:
 
 
 class MetricsServer:
-    """Serves ``/metrics`` and ``/healthz`` on ``host:port`` (port 0 picks one)."""
+    """Serves ``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port`` (port 0 picks one)."""
 
     def __init__(
         self,
         render: Callable[[], str],
         healthy: Callable[[], tuple[bool, str]],
         *,
+        ready: Callable[[], tuple[bool, str]] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         self.render = render
         self.healthy = healthy
+        self.ready = ready or healthy
         self.host, self.port = host, port
         self._server: asyncio.base_events.Server | None = None
 
@@ -169,8 +196,8 @@ class MetricsServer:
     def _respond(self, path: str) -> tuple[str, str, str]:
         if path == "/metrics":
             return "200 OK", "text/plain; version=0.0.4; charset=utf-8", self.render()
-        if path == "/healthz":
-            ok, text = self.healthy()
+        if path in ("/healthz", "/readyz"):
+            ok, text = self.healthy() if path == "/healthz" else self.ready()
             return ("200 OK" if ok else "503 Service Unavailable"), "text/plain", text + "\n"
         return "404 Not Found", "text/plain", "not found\n"
 

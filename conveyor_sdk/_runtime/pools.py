@@ -5,13 +5,16 @@ Rules:
 * Every declared queue belongs to exactly one pool. ``--pool NAME:QUEUES:N``
   declares an explicit pool of ``N`` processes serving ``QUEUES`` (comma
   separated); the queues no explicit pool names share the ``default`` pool,
-  which gets the processes left over (at least one).
+  which gets the processes left over (at least one). Each pool has its own
+  session (see ``supervisor.py``), so admission below only ever arbitrates
+  between the queues of one pool.
 * Inside a pool every queue has a *quota* of slots proportional to its weight
   (largest-remainder apportionment of the pool's slots). A queue below its
   quota may always take a free slot. A queue at or above its quota may borrow a
   free slot only if enough free slots remain for every *other* queue that has
   waiting work and is below its quota. So under contention each queue keeps
-  its share, and idle capacity is lent instead of wasted.
+  its share, and idle capacity is lent instead of wasted. Nothing is
+  pre-empted: a borrowed slot is held until its job ends.
 * "Waiting work" is learned from refusals: when a job is refused, its queue is
   marked as having demand (stamped with the caller's ``now``) until the job is
   admitted or the stamp is older than ``demand_ttl``.

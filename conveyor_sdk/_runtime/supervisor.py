@@ -1,4 +1,4 @@
-"""The supervisor: one session (the worker core's Worker) + a ProcessExecutor + signals.
+"""The supervisor: one session (the worker core's Worker) per pool + a ProcessExecutor + signals.
 
 Order of start-up (why: children are plain ``fork+exec`` interpreters, but we still
 start them before anything else so no connection or thread exists when they fork):
@@ -7,10 +7,13 @@ start them before anything else so no connection or thread exists when they fork
 2. spawn every child (they import the app and announce ``Ready``);
 3. start the embedded server when no ``--server`` was given;
 4. run the event loop: metrics endpoint, live view / logs, reload watcher, the
-   demo producer, and the Worker with ``executor=`` the process executor.
+   demo producer, and one Worker per pool, each with that pool's queues, weights
+   and capacity (processes x slots per child) and ``executor=`` the pool's view of
+   the process executor. A backlog on one pool's queues therefore never holds the
+   session credits another pool's queues need.
 
-Signals: SIGTERM/SIGINT -> drain (finish or release in-flight tasks within
-``--grace``, heartbeats continue); a second one -> fast release and exit.
+Signals: SIGTERM/SIGINT -> drain every session (finish or release in-flight tasks
+within ``--grace``, heartbeats continue); a second one -> fast release and exit.
 SIGHUP -> graceful reload (fresh children take new work, old ones finish theirs).
 """
 
@@ -25,8 +28,9 @@ from typing import Any
 
 from conveyor_sdk._runtime.embedded import EmbeddedServer
 from conveyor_sdk._runtime.executor import ExecutorOptions, ProcessExecutor, RuntimeFailure
+from conveyor_sdk._runtime.health import HealthInputs, liveness, readiness
 from conveyor_sdk._runtime.metrics import Metrics, MetricsServer
-from conveyor_sdk._runtime.pools import PoolSpec, plan_pools
+from conveyor_sdk._runtime.pools import DEFAULT_POOL, PoolSpec, plan_pools
 from conveyor_sdk._runtime.proc import ChildArgs
 from conveyor_sdk._runtime.reload import app_directory, discard_snapshot, watch
 from conveyor_sdk._worker.registry import Registry
@@ -96,7 +100,7 @@ class Supervisor:
         self.executor: ProcessExecutor | None = None
         self.embedded: EmbeddedServer | None = None
         self.server_url = config.server or ""
-        self.worker: Any = None
+        self.workers: dict[str, Any] = {}  # pool name -> its Worker (session)
         self.exit_code = EXIT_OK
         self._signals = 0
         self._stopped: asyncio.Event | None = None
@@ -116,9 +120,17 @@ class Supervisor:
         }
         if self.executor is not None:
             stats["executor"] = self.executor.statistics()
-        if self.worker is not None:
-            stats["worker"] = self.worker.statistics()
+        stats["sessions"] = {name: w.statistics() for name, w in self.workers.items()}
         return stats
+
+    def in_flight(self) -> dict[str, tuple[int, int]]:
+        """Queue -> (running, parked) tasks over every session: what the server counts in flight."""
+        totals: dict[str, tuple[int, int]] = {}
+        for worker in self.workers.values():
+            for queue, (running, parked) in worker.in_flight_by_queue().items():
+                r, p = totals.get(queue, (0, 0))
+                totals[queue] = (r + running, p + parked)
+        return totals
 
     # -- synchronous preparation (before the loop, threads or sockets) ----------------
     def prepare(self) -> None:
@@ -170,9 +182,9 @@ class Supervisor:
             self.executor.on_failure = self._on_runtime_failure
         metrics_server = await self._start_metrics()
         try:
-            self.worker = self._make_worker()
+            self.workers = self._make_workers()
             self._start_side_tasks()
-            await self._run_worker()
+            await self._run_workers()
         finally:
             for task in self._tasks:
                 task.cancel()
@@ -196,30 +208,69 @@ class Supervisor:
         if self.embedded is not None:
             self.embedded.stop()
 
-    def _make_worker(self) -> Any:
+    def _make_workers(self) -> dict[str, Any]:
+        """One Worker per pool: its queues and weights, concurrency = the pool's capacity."""
         from conveyor_sdk._worker.runner import Worker
 
         cfg = self.config
-        return Worker(
-            self.server_url,
-            queues=dict(cfg.queues),
-            concurrency=cfg.concurrency,
-            token=cfg.token,
-            grace=cfg.grace,
-            executor=self.executor,
-            encryption=cfg.encryption,
-        )
+        if self.executor is None:  # --processes 0: one in-process session for every queue
+            worker = Worker(
+                self.server_url,
+                queues=dict(cfg.queues),
+                concurrency=cfg.concurrency,
+                token=cfg.token,
+                grace=cfg.grace,
+                encryption=cfg.encryption,
+            )
+            return {DEFAULT_POOL: worker}
+        workers: dict[str, Any] = {}
+        for name, pool in self.executor.pools.items():
+            workers[name] = Worker(
+                self.server_url,
+                queues=dict(pool.weights),
+                concurrency=pool.capacity,
+                token=cfg.token,
+                grace=cfg.grace,
+                executor=self.executor.for_pool(name),
+                labels={"pool": name},
+                encryption=cfg.encryption,
+            )
+        return workers
 
-    async def _run_worker(self) -> None:
-        run = asyncio.create_task(self.worker.run(self.registry), name="conveyor-worker")
-        try:
-            await run
-        except RuntimeFailure as exc:
-            log.error("%s", exc)
+    async def _run_workers(self) -> None:
+        """Run every session; when one ends on its own (fatal error), the others drain too."""
+        runs = {
+            asyncio.create_task(worker.run(self.registry), name=f"conveyor-session-{name}"): name
+            for name, worker in self.workers.items()
+        }
+        pending = set(runs)
+        unexpected: list[BaseException] = []
+        stopped_others = False
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                exc = task.exception()
+                if exc is not None and not self._session_failed(runs[task], exc):
+                    unexpected.append(exc)
+            if pending and not stopped_others and (unexpected or self.exit_code != EXIT_OK):
+                stopped_others = True  # once: a second stop would turn the drain into a release
+                self._stop_worker(fast=bool(unexpected))
+        if unexpected:
+            raise unexpected[0]
+
+    def _session_failed(self, pool: str, exc: BaseException) -> bool:
+        """Record a session's failure as the exit code; False for an unexpected exception."""
+        if isinstance(exc, RuntimeFailure):
+            if self.exit_code != EXIT_CHILDREN:
+                log.error("%s", exc)
             self.exit_code = EXIT_CHILDREN
-        except ConveyorError as exc:
-            log.error("session failed: %s: %s", exc.code.connect_name, exc.message)
-            self.exit_code = EXIT_SESSION
+            return True
+        if isinstance(exc, ConveyorError):
+            log.error("session of pool %s failed: %s: %s", pool, exc.code.connect_name, exc.message)
+            if self.exit_code == EXIT_OK:
+                self.exit_code = EXIT_SESSION
+            return True
+        return False
 
     def _start_side_tasks(self) -> None:
         cfg = self.config
@@ -272,8 +323,9 @@ class Supervisor:
         if self.config.metrics_port is None:
             return None
         server = MetricsServer(
-            lambda: self.metrics.render(self._children_alive()),
+            self._metrics_text,
             self._health,
+            ready=self._ready,
             host=self.config.metrics_host,
             port=self.config.metrics_port,
         )
@@ -283,24 +335,43 @@ class Supervisor:
             where = f"{self.config.metrics_host}:{self.config.metrics_port}"
             why = exc.strerror or exc
             raise MetricsUnavailable(f"--metrics-port: cannot listen on {where}: {why}") from None
-        log.info("metrics listening on http://%s:%d (/metrics, /healthz)", self.config.metrics_host, port)
+        log.info(
+            "metrics listening on http://%s:%d (/metrics, /healthz, /readyz)", self.config.metrics_host, port
+        )
         return server
+
+    def _metrics_text(self) -> str:
+        sessions = {name: w.phase == "open" for name, w in self.workers.items()}
+        parked = {q: p for q, (_, p) in self.in_flight().items()}
+        return self.metrics.render(self._children_alive(), sessions=sessions, parked=parked)
 
     def _children_alive(self) -> int:
         if self.executor is None:
             return 0
         return sum(1 for c in self.executor.children() if c.state.value in ("ready", "retiring"))
 
+    def health_inputs(self) -> HealthInputs:
+        """Local state for /healthz and /readyz (no server round trip)."""
+        sessions = {name: w.phase for name, w in self.workers.items()}
+        ex = self.executor
+        if ex is None:
+            return HealthInputs(sessions, processes=False, draining=bool(self._signals))
+        alive = {n: sum(1 for c in p.children if c.state.value != "dead") for n, p in ex.pools.items()}
+        ready = {n: len(p.active()) for n, p in ex.pools.items()}
+        return HealthInputs(
+            sessions,
+            alive=alive,
+            ready=ready,
+            failure=None if ex.failure is None else str(ex.failure),
+            ticking=ex.ticking(),
+            draining=bool(self._signals),
+        )
+
     def _health(self) -> tuple[bool, str]:
-        if self.executor is not None:
-            if self.executor.failure is not None:
-                return False, f"failed: {self.executor.failure}"
-            ready = sum(1 for c in self.executor.children() if c.state.value == "ready")
-            if ready == 0:
-                return False, "no child process ready"
-        if self._signals:
-            return False, "draining"
-        return True, "ok"
+        return liveness(self.health_inputs())
+
+    def _ready(self) -> tuple[bool, str]:
+        return readiness(self.health_inputs())
 
     # -- signals -----------------------------------------------------------------------
     def _on_stop_signal(self, sig: signal.Signals) -> None:
@@ -321,8 +392,9 @@ class Supervisor:
         self._stop_worker(fast=True)
 
     def _stop_worker(self, *, fast: bool) -> None:
-        if self.worker is None:
+        if not self.workers:
             return
         if fast and self.executor is not None:
             self.executor.abort("fast shutdown")
-        self.worker.stop(immediate=fast)
+        for worker in self.workers.values():
+            worker.stop(immediate=fast)

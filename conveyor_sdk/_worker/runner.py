@@ -118,6 +118,17 @@ class Worker:
         found = getattr(registry, "encryption", None)
         return found if isinstance(found, Encryptor) else None
 
+    @property
+    def phase(self) -> str:
+        """Session phase: ``idle``, ``awaiting-welcome``, ``open`` (established), ``closing``, ``stopped``."""
+        machine = self._machine
+        return machine.phase.value if machine is not None else "idle"
+
+    def in_flight_by_queue(self) -> dict[str, tuple[int, int]]:
+        """Queue -> (running, parked) tasks of the live stream (parked: heartbeated, not started)."""
+        machine = self._machine
+        return machine.in_flight_by_queue() if machine is not None else {}
+
     def statistics(self) -> dict[str, Any]:
         """Snapshot: session machine counters plus worker-level counters."""
         machine, driver = self._machine, self._driver

@@ -57,16 +57,18 @@ def test_label_values_are_escaped() -> None:
 
 
 def test_metrics_server_serves_404_and_405() -> None:
-    """Unknown paths are 404, non-GET methods 405; /healthz reflects the health callback."""
+    """Unknown paths are 404, non-GET methods 405; /healthz and /readyz reflect their own callbacks."""
 
     async def main() -> None:
-        server = MetricsServer(lambda: "x 1\n", lambda: (False, "draining"))
+        ready = (False, "pool fast: session not connected")
+        server = MetricsServer(lambda: "x 1\n", lambda: (True, "ok"), ready=lambda: ready)
         port = await server.start()
         try:
             for request, status in (
                 (b"GET /nope HTTP/1.1\r\n\r\n", b"404"),
                 (b"POST /metrics HTTP/1.1\r\n\r\n", b"405"),
-                (b"GET /healthz HTTP/1.1\r\n\r\n", b"503"),
+                (b"GET /healthz HTTP/1.1\r\n\r\n", b"200"),
+                (b"GET /readyz HTTP/1.1\r\n\r\n", b"503"),
                 (b"GET /metrics HTTP/1.1\r\n\r\n", b"200"),
             ):
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
