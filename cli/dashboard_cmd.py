@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from conveyor_cli._common import DEFAULT_SERVER, ServerOpt, TokenOpt, fail
+from conveyor_cli._common import DEFAULT_SERVER, ServerOpt, TokenOpt, exit_without_finalization, fail
 
 __all__ = ["register"]
 
@@ -58,7 +58,7 @@ def dashboard(
         code = 130
     finally:
         sock.close()
-    raise typer.Exit(code)
+    exit_without_finalization(code)
 
 
 def register(app: typer.Typer) -> None:

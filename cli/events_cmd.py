@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -188,19 +187,7 @@ def events(  # noqa: PLR0917  # typer maps each option to one parameter
         fail(f"{exc.code.connect_name}: {exc.message}")
     except (ValueError, OSError) as exc:
         fail(str(exc))
-    _exit_now(0)
-
-
-def _exit_now(code: int) -> NoReturn:
-    """Leave without interpreter finalization, after flushing our output.
-
-    The HTTP client's native (tokio) threads may still hold the cancelled stream when the
-    interpreter tears down, which aborted about 1 in 20 Ctrl-C exits with SIGABRT. Nothing of
-    ours is registered to run at exit, so skipping finalization loses nothing.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    _common.exit_without_finalization(0)
 
 
 def register(app: typer.Typer) -> None:

@@ -85,11 +85,15 @@ def _run(flags: dict[str, Any]) -> None:
     )
     from conveyor_server_min.server import run
 
+    with_dashboard = dashboard["dashboard_port"] is not None
     try:
-        with_dashboard = dashboard["dashboard_port"] is not None
         code = _run_with_dashboard(config, dashboard) if with_dashboard else run(config)
     except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
         code = 130
+    if with_dashboard:  # the dashboard ran the HTTP client (see exit_without_finalization)
+        from conveyor_cli._common import exit_without_finalization
+
+        exit_without_finalization(code)
     raise typer.Exit(code)
 
 
