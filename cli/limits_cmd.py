@@ -7,7 +7,8 @@ ahead of time); ``rm`` of a limit that does not exist is an error (most likely a
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -81,10 +82,11 @@ def ratelimit_rm(
 ) -> None:
     """Remove QUEUE's rate limit (the server's global default applies again)."""
     with client_for(server, token) as client:
-        if not any(r.queue == queue for r in client.admin.list_rate_limits()):
-            fail(f"queue {queue!r} has no rate limit (see `conveyor ratelimit ls`)")
-        client.admin.delete_rate_limit(queue)
-        _done(f"removed the rate limit of {queue}", {"queue": queue}, output)
+        admin = client.admin
+        _remove(
+            queue, admin.list_rate_limits, admin.delete_rate_limit, what="rate limit", command="ratelimit",
+            output=output,
+        )  # fmt: skip
 
 
 @concurrency.command("set")
@@ -118,10 +120,27 @@ def concurrency_rm(
 ) -> None:
     """Remove QUEUE's concurrency limit (its keys become unbounded)."""
     with client_for(server, token) as client:
-        if not any(c.queue == queue for c in client.admin.list_concurrency_limits()):
-            fail(f"queue {queue!r} has no concurrency limit (see `conveyor concurrency ls`)")
-        client.admin.delete_concurrency_limit(queue)
-        _done(f"removed the concurrency limit of {queue}", {"queue": queue}, output)
+        admin = client.admin
+        _remove(
+            queue, admin.list_concurrency_limits, admin.delete_concurrency_limit, what="concurrency limit",
+            command="concurrency", output=output,
+        )  # fmt: skip
+
+
+def _remove(
+    queue: str,
+    listing: Callable[[], Sequence[Any]],
+    delete: Callable[[str], object],
+    *,
+    what: str,
+    command: str,
+    output: Output,
+) -> None:
+    """``rm`` for a per-queue setting: refuse when QUEUE has none, else delete and confirm."""
+    if not any(row.queue == queue for row in listing()):
+        fail(f"queue {queue!r} has no {what} (see `conveyor {command} ls`)")
+    delete(queue)
+    _done(f"removed the {what} of {queue}", {"queue": queue}, output)
 
 
 GroupArg = Annotated[str, typer.Argument(metavar="[GROUP]", help="Group key; omitted = queue-wide default.")]
