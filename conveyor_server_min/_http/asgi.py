@@ -247,8 +247,12 @@ class _Lifespan:
     async def startup(self, seconds: float) -> None:
         self.task = asyncio.create_task(self._run(), name="asgi-lifespan")
         await self.inbox.put({"type": "lifespan.startup"})
-        async with asyncio.timeout(seconds):
-            error = await self.started
+        try:
+            async with asyncio.timeout(seconds):
+                error = await self.started
+        except TimeoutError:
+            self.task.cancel()
+            raise WebAppError(f"web application did not start within {seconds:g}s") from None
         if error is not None:
             raise WebAppError(f"web application failed to start: {error}")
 

@@ -1,4 +1,4 @@
-"""The dashboard served by `conveyor server` (at / and on --dashboard-port) and by `conveyor worker` (embedded)."""
+"""The dashboard served by `conveyor server` (at / and on --dashboard-port) and by `conveyor worker`."""
 
 from __future__ import annotations
 

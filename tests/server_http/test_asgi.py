@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conveyor_server_min._http.asgi import WEB_MAX_BODY, WebAppError
+from conveyor_server_min._http.asgi import WEB_MAX_BODY, AsgiBridge, WebAppError
 from conveyor_server_min._http.limits import HttpLimits
 from conveyor_server_min.config import ServerConfig
 from conveyor_server_min.server import Server
@@ -46,6 +46,8 @@ class App:
     async def _lifespan(self, receive: Any, send: Any) -> None:
         if self.lifespan == "unsupported":
             raise ValueError("no lifespan here")
+        if self.lifespan == "hang":
+            await asyncio.sleep(3600)
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
@@ -212,7 +214,7 @@ def test_rpcs_and_health_checks_are_unaffected(
 
 
 def test_streamed_response_is_sent_as_it_is_produced(web: tuple[ThreadServer, App]) -> None:
-    """more_body chunks leave at once (chunked on HTTP/1.1): the client reads the first before the rest exist."""
+    """more_body chunks leave at once (HTTP/1.1 chunked): the client reads one before the next exists."""
     server, app = web
     app.gate.clear()
     with httpx.stream("GET", server.url + "/stream", timeout=15) as resp:
@@ -249,7 +251,7 @@ def test_app_exception_after_start_aborts_the_response(
 
 
 def test_oversize_body_is_refused(web: tuple[ThreadServer, App]) -> None:
-    """A declared Content-Length over the limit gets 413 before the app runs; an undeclared one when it grows."""
+    """A declared Content-Length over the limit: 413 before the app runs; an undeclared one: when it grows."""
     server, app = web
     big = b"x" * (WEB_MAX_BODY + 1)
     before = len(app.scopes)
@@ -327,7 +329,7 @@ def test_h2_body_timeout_is_408() -> None:
 
 
 def test_form_post_is_not_refused_for_missing_bearer_token() -> None:
-    """With RPC tokens, a form POST without a bearer header reaches the app (HTTP/1.1 early refusal skips it)."""
+    """With RPC tokens, a form POST without a bearer header reaches the app with its body (HTTP/1.1)."""
     app = App()
     with _serve(app, dev=False, tokens=("s3cret",)) as server:
         resp = httpx.post(server.url + "/echo", data={"a": "1"}, timeout=15)
@@ -366,6 +368,17 @@ def test_failed_startup_fails_server_start() -> None:
     url = asyncio.run(main())
     with pytest.raises(httpx.ConnectError):
         httpx.get(url + "/healthz", timeout=5)
+
+
+def test_startup_that_never_completes_is_an_error() -> None:
+    """A lifespan startup that hangs fails with WebAppError after the given time (no endless start)."""
+    bridge = AsgiBridge(App(lifespan="hang").app, scheme="http", server=("127.0.0.1", 1))
+
+    async def main() -> None:
+        with pytest.raises(WebAppError, match="did not start within 0.2s"):
+            await bridge.startup(0.2)
+
+    asyncio.run(main())
 
 
 def test_without_web_app_root_is_404(fake_server: ThreadServer) -> None:
