@@ -375,7 +375,7 @@ def test_startup_that_never_completes_is_an_error() -> None:
     bridge = AsgiBridge(App(lifespan="hang").app, scheme="http", server=("127.0.0.1", 1))
 
     async def main() -> None:
-        with pytest.raises(WebAppError, match="did not start within 0.2s"):
+        with pytest.raises(WebAppError, match=r"did not start within 0\.2s"):
             await bridge.startup(0.2)
 
     asyncio.run(main())
