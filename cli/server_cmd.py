@@ -38,6 +38,22 @@ def _parameter(opt: Option) -> inspect.Parameter:
 
 DASHBOARD_PARAMS = [
     inspect.Parameter(
+        "no_dashboard",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=False,
+        annotation=Annotated[
+            bool,
+            typer.Option(
+                "--no-dashboard",
+                help=(
+                    "Do not serve the web dashboard at / of the server's port (then / is 404). "
+                    "It is on by default and, when the server has --token, asks for its first token "
+                    "(or --dashboard-auth-token) at login; see docs/dashboard.md."
+                ),
+            ),
+        ],
+    ),
+    inspect.Parameter(
         "dashboard_port",
         inspect.Parameter.KEYWORD_ONLY,
         default=None,
@@ -47,7 +63,8 @@ DASHBOARD_PARAMS = [
                 "--dashboard-port",
                 min=0,
                 max=65535,
-                help="Also serve the web dashboard on this port (0 = any free port); see docs/dashboard.md.",
+                help="Also serve the dashboard on this extra port (0 = any free port), e.g. on another "
+                "interface with --dashboard-host.",
             ),
         ],
     ),
@@ -55,7 +72,9 @@ DASHBOARD_PARAMS = [
         "dashboard_host",
         inspect.Parameter.KEYWORD_ONLY,
         default="127.0.0.1",
-        annotation=Annotated[str, typer.Option("--dashboard-host", help="Interface for the dashboard.")],
+        annotation=Annotated[
+            str, typer.Option("--dashboard-host", help="Interface of the --dashboard-port listener.")
+        ],
     ),
     inspect.Parameter(
         "dashboard_auth_token",
@@ -66,45 +85,75 @@ DASHBOARD_PARAMS = [
             typer.Option(
                 "--dashboard-auth-token",
                 envvar="CONVEYOR_DASHBOARD_TOKEN",
-                help="Require this token for every dashboard page and action.",
+                help="Login secret for every dashboard page and action (default: the server's first "
+                "--token; none without tokens).",
             ),
         ],
     ),
 ]
+_DASHBOARD_FLAGS = ("no_dashboard", "dashboard_port", "dashboard_host", "dashboard_auth_token")
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 def _run(flags: dict[str, Any]) -> None:
-    dashboard = {k: flags.pop(k, None) for k in ("dashboard_port", "dashboard_host", "dashboard_auth_token")}
+    dashboard = {k: flags.pop(k, None) for k in _DASHBOARD_FLAGS}
     try:
         config = build_config(flags)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
+    auth = dashboard["dashboard_auth_token"]
+    if auth is not None and not auth.strip():
+        print("error: --dashboard-auth-token must not be empty", file=sys.stderr)
+        raise typer.Exit(2)
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     from conveyor_server_min.server import run
 
-    with_dashboard = dashboard["dashboard_port"] is not None
+    at_root = not dashboard["no_dashboard"]
+    extra_port = dashboard["dashboard_port"]
+    if at_root and config.host not in _LOOPBACK and not (auth or config.tokens):
+        print(
+            f"warning: the dashboard at / on {config.host} has no login: anyone reaching the port can "
+            "operate queues (set --dashboard-auth-token or --token, or pass --no-dashboard)",
+            file=sys.stderr,
+        )
     try:
-        code = _run_with_dashboard(config, dashboard) if with_dashboard else run(config)
+        if extra_port is not None:
+            code = _run_with_dashboard(config, dashboard, at_root)
+        else:
+            code = run(config, web=_root_dashboard(config, auth) if at_root else None)
     except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
         code = 130
-    if with_dashboard:  # the dashboard ran the HTTP client (see exit_without_finalization)
+    if at_root or extra_port is not None:  # the dashboard ran the HTTP client (exit_without_finalization)
         from conveyor_cli._common import exit_without_finalization
 
         exit_without_finalization(code)
     raise typer.Exit(code)
 
 
-def _run_with_dashboard(config: Any, dashboard: dict[str, Any]) -> int:
+def _root_dashboard(config: Any, auth: str | None) -> Callable[[str], Any]:
+    """The dashboard factory for ``/`` of the server's port; announces the URL on stderr."""
+    from conveyor_cli.dashboard.serve import for_server
+
+    factory = for_server(config, auth)
+
+    def make(url: str) -> Any:
+        print(f"dashboard on {url}/ for {url}", file=sys.stderr, flush=True)
+        return factory(url)
+
+    return make
+
+
+def _run_with_dashboard(config: Any, dashboard: dict[str, Any], at_root: bool) -> int:
     import asyncio
 
     from conveyor_cli.dashboard.serve import serve_beside
 
     host = dashboard["dashboard_host"] or "127.0.0.1"
     port, auth = dashboard["dashboard_port"], dashboard["dashboard_auth_token"]
-    return asyncio.run(serve_beside(config, host, port, auth))
+    return asyncio.run(serve_beside(config, host, port, auth, at_root=at_root))
 
 
 def server_command() -> Callable[..., None]:

@@ -7,6 +7,11 @@ Embedding::
     ...
     await server.stop()              # GOAWAY, end sessions (leases released), close
 
+``Server(config, web=factory)`` also serves an ASGI application (the CLI passes the web
+dashboard) on the same port for every request that is not an RPC or a health check:
+``factory(url)`` is called once the port is bound, the application's lifespan starts before
+``start`` returns and ends first thing in ``stop`` (see ``_http/asgi.py``).
+
 :func:`run` is what the command line calls: it prints exactly one
 ``listening on <url>`` line on stdout when ready, handles SIGTERM/SIGINT and
 returns the process exit code.
@@ -18,18 +23,22 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from conveyor_server_min.config import ServerConfig
 from conveyor_server_min.service_api import EngineConfig, ServiceSet
 
+from ._http.asgi import AsgiApp, AsgiBridge, WebAppError
 from ._http.auth import Authenticator
 from ._http.listener import HttpProtocol, Hub, make_ssl_context
 from ._http.rpc import Router
 
-__all__ = ["Server", "run"]
+__all__ = ["Server", "WebAppError", "WebFactory", "run"]
 
 log = logging.getLogger("conveyor.server")
+
+WebFactory = Callable[[str], AsgiApp]  # the server's URL -> the ASGI app to serve beside the RPCs
 
 
 def load_services(engine: EngineConfig, db: str | None = None) -> ServiceSet:
@@ -52,9 +61,13 @@ def store_description(config: ServerConfig) -> str:
 class Server:
     """One listener serving gRPC, gRPC-Web and Connect over h2c, HTTP/1.1 and TLS."""
 
-    def __init__(self, config: ServerConfig, *, services: ServiceSet | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig, *, services: ServiceSet | None = None, web: WebFactory | None = None
+    ) -> None:
         self.config = config
         self._services = services
+        self._web_factory = web
+        self._web: AsgiBridge | None = None
         self._server: asyncio.Server | None = None
         self._hub: Hub | None = None
         self._stopped = asyncio.Event()
@@ -110,8 +123,23 @@ class Server:
         host = sockname[0]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"{config.scheme}://{shown}:{sockname[1]}"
+        if self._web_factory is not None:
+            try:
+                await self._start_web(router, (host, sockname[1]))
+            except BaseException:
+                await self.stop()
+                raise
         log.info("serving on %s (auth %s)", self.url, "on" if config.tokens else "off")
         return self.url
+
+    async def _start_web(self, router: Router, address: tuple[str, int]) -> None:
+        assert self._web_factory is not None
+        app = self._web_factory(self.url)
+        bridge = AsgiBridge(
+            app, scheme=self.config.scheme, server=address, body_timeout=self.config.http.body_timeout
+        )
+        await bridge.startup()
+        self._web = router.web = bridge
 
     async def serve_forever(self) -> None:
         """Wait until :meth:`stop` has finished."""
@@ -126,6 +154,8 @@ class Server:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.shutdown_grace  # one budget for the whole shutdown
         try:
+            if self._web is not None:  # first: its clients (e.g. a WatchEvents stream) end cleanly
+                await self._web.shutdown(min(2.0, self.config.shutdown_grace * 0.3))
             if self._server is not None:
                 self._server.close()
             if self._hub is not None:
@@ -153,16 +183,16 @@ async def _bounded(awaitable: Any, seconds: float, what: str) -> None:
         log.warning("%s did not finish within %.1fs", what, seconds)
 
 
-async def _serve(config: ServerConfig) -> int:
+async def _serve(config: ServerConfig, web: WebFactory | None = None) -> int:
     from conveyor_server_min._engine.store import StoreError
 
-    server = Server(config)
+    server = Server(config, web=web)
     try:
         url = await server.start()
     except OSError as exc:
         print(f"error: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    except StoreError as exc:
+    except (StoreError, WebAppError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     stop = asyncio.Event()
@@ -183,6 +213,9 @@ async def _serve(config: ServerConfig) -> int:
     return 1 if isinstance(failed, asyncio.Event) and failed.is_set() else 0
 
 
-def run(config: ServerConfig) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit code (0 after a clean shutdown)."""
-    return asyncio.run(_serve(config))
+def run(config: ServerConfig, web: WebFactory | None = None) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit code (0 after a clean shutdown).
+
+    ``web``: an ASGI application factory served on the same port (see :class:`Server`).
+    """
+    return asyncio.run(_serve(config, web))

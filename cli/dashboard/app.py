@@ -69,7 +69,8 @@ class Dashboard:
         once = RetryConfig(attempts=1)  # a down server shows a banner now, not after retries
         self.client = Client(cfg.server, token=cfg.token, timeout=cfg.rpc_timeout, retry=once)
         self.feed = EventFeed(self.client, cfg.event_buffer)
-        self.feed.start()
+        if not cfg.feed_on_demand:
+            self.feed.start()
         try:
             yield
         finally:
@@ -85,6 +86,8 @@ class Dashboard:
     def page(self, name: str, title: str, fetch: Fetch) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             started = time.perf_counter()
+            if self.feed is not None:
+                self.feed.start()  # idempotent; the first page starts it with feed_on_demand
             live = bool(request.headers.get("x-dashboard-live"))
             try:
                 data, status, banner = await fetch(request), 200, None

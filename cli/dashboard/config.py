@@ -23,3 +23,6 @@ class DashboardConfig:
     rpc_timeout: float = 5.0  # per admin call; a down server fails fast with a banner
     event_buffer: int = 500  # events kept for the events page (ring buffer)
     page_size: int = 50  # tasks per queue page
+    # Start the WatchEvents feed at the first request instead of at startup (``conveyor server``:
+    # a server nobody browses keeps no event stream to itself).
+    feed_on_demand: bool = False

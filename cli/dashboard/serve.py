@@ -9,15 +9,16 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
+from starlette.applications import Starlette
 
 from conveyor_cli.dashboard.app import create_app
 from conveyor_cli.dashboard.config import DashboardConfig
 
-__all__ = ["bind", "serve_alone", "serve_beside", "url_of"]
+__all__ = ["bind", "for_server", "serve_alone", "serve_beside", "url_of"]
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -41,15 +42,33 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
-def _uvicorn_config(config: DashboardConfig) -> uvicorn.Config:
+def _uvicorn_config(app: Any, *, lifespan: str = "on") -> uvicorn.Config:
     return uvicorn.Config(
-        create_app(config), log_level=logging.WARNING, access_log=False, lifespan="on", server_header=False
+        app, log_level=logging.WARNING, access_log=False, lifespan=lifespan, server_header=False
     )
+
+
+def for_server(server_config: Any, auth_token: str | None) -> Callable[[str], Starlette]:
+    """The dashboard factory ``conveyor server`` gives its server (``Server(web=...)``).
+
+    Called with the server's own URL once it is bound: the dashboard talks to that URL like any
+    client, with the server's first ``--token``. Its login secret is ``auth_token`` or, without
+    one, that same first server token (a server that requires tokens for RPCs also protects its
+    pages; the token itself never reaches the browser, only an HMAC cookie). The WatchEvents feed
+    starts with the first page view.
+    """
+    token = server_config.tokens[0] if server_config.tokens else None
+
+    def make(url: str) -> Starlette:
+        cfg = DashboardConfig(server=url, token=token, auth_token=auth_token or token, feed_on_demand=True)
+        return create_app(cfg)
+
+    return make
 
 
 async def serve_alone(config: DashboardConfig, sock: socket.socket) -> int:
     """``conveyor dashboard``: serve until SIGINT/SIGTERM, then shut down cleanly; returns 0."""
-    uv = _SharedLoopServer(_uvicorn_config(config))
+    uv = _SharedLoopServer(_uvicorn_config(create_app(config)))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: setattr(uv, "should_exit", True))
@@ -66,20 +85,33 @@ class _SharedLoopServer(uvicorn.Server):
         yield
 
 
-async def serve_beside(server_config: Any, host: str, port: int, auth_token: str | None) -> int:
+async def serve_beside(
+    server_config: Any, host: str, port: int, auth_token: str | None, *, at_root: bool = True
+) -> int:
     """``conveyor server --dashboard-port``: the reference server and the dashboard in one event loop.
 
-    The server keeps its own (hand-rolled HTTP/2) listener; the dashboard is the same ASGI app as
-    ``conveyor dashboard`` under uvicorn on a second port, talking to the server over the network
-    like any client (with the server's first ``--token``). Returns the exit code.
+    The dashboard is served on an extra port by uvicorn (the same ASGI app as ``conveyor
+    dashboard``) and, with ``at_root``, also at ``/`` of the server's own port: then both serve one
+    app instance (one client, one event feed) whose lifespan the server runs. Returns the exit code.
     """
-    from conveyor_server_min.server import Server
+    from conveyor_server_min._engine.store import StoreError
+    from conveyor_server_min.server import Server, WebAppError
 
-    server = Server(server_config)
+    factory = for_server(server_config, auth_token)
+    made: list[Starlette] = []
+
+    def make(url: str) -> Starlette:
+        made.append(factory(url))
+        return made[0]
+
+    server = Server(server_config, web=make if at_root else None)
     try:
         url = await server.start()
     except OSError as exc:
         print(f"error: cannot listen on {server_config.host}:{server_config.port}: {exc}", file=sys.stderr)
+        return 1
+    except (StoreError, WebAppError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     try:
         sock = bind(host, port)
@@ -87,9 +119,8 @@ async def serve_beside(server_config: Any, host: str, port: int, auth_token: str
         await server.stop()
         print(f"error: cannot listen on {host}:{port} (dashboard): {exc.strerror or exc}", file=sys.stderr)
         return 1
-    token = server_config.tokens[0] if server_config.tokens else None
-    dash_cfg = DashboardConfig(server=url, token=token, auth_token=auth_token)
-    uv = _SharedLoopServer(_uvicorn_config(dash_cfg))
+    app = made[0] if made else factory(url)
+    uv = _SharedLoopServer(_uvicorn_config(app, lifespan="off" if at_root else "on"))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -31,7 +31,6 @@ PORT_ENV = "CONVEYOR_EMBEDDED_PORT"
 log = logging.getLogger("conveyor.server")
 
 _LISTENING = re.compile(r"^listening on (https?://\S+)\s*$")
-_DASHBOARD = re.compile(r"^dashboard on (https?://\S+) for ")
 _BOOT = (
     "import ctypes, runpy, signal, sys\n"
     "try:\n"
@@ -86,7 +85,6 @@ class EmbeddedServer:
         self.start_timeout = start_timeout
         self.port = preferred_port() if port is None else port
         self.url = ""
-        self.dashboard_url = ""  # set when started with --dashboard-port (docs/dashboard.md)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> str:
@@ -137,13 +135,16 @@ class EmbeddedServer:
                 text = line.decode(errors="replace")
                 if match := _LISTENING.match(text):
                     self.url = match.group(1)
-                elif match := _DASHBOARD.match(text):
-                    self.dashboard_url = match.group(1)
         threading.Thread(target=self._drain, args=(fd,), name="embedded-server-out", daemon=True).start()
         return self.url
 
     def _ready(self) -> bool:
-        return bool(self.url) and (bool(self.dashboard_url) or "--dashboard-port" not in self.args)
+        return bool(self.url)
+
+    @property
+    def dashboard_url(self) -> str:
+        """The web dashboard: ``/`` of the server's own port ("" before start or with --no-dashboard)."""
+        return f"{self.url}/" if self.url and "--no-dashboard" not in self.args else ""
 
     def _drain(self, fd: int) -> None:
         """Log the server's output line by line (``conveyor.server``), so it never garbles other output."""

@@ -165,7 +165,7 @@ class Supervisor:
             )
         if not cfg.server:
             db = ("--db", cfg.embedded_db) if cfg.embedded_db else ()
-            self.embedded = EmbeddedServer(("--dashboard-port", "0", *db))
+            self.embedded = EmbeddedServer(db)
             self.server_url = self.embedded.start()
             log.info("embedded server listening on %s", self.server_url)
             log.info("dashboard on %s", self.embedded.dashboard_url)

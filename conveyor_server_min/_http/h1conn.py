@@ -70,6 +70,7 @@ class _Exchange:
         "out",
         "path",
         "peer",
+        "query",
         "status",
         "streaming",
     )
@@ -77,7 +78,7 @@ class _Exchange:
     def __init__(self, conn: H1Connection, request: h11.Request, body: list[bytes]) -> None:
         self._conn = conn
         self.method = request.method.decode("ascii", "replace").upper()
-        self.path = request.target.decode("ascii", "replace").split("?", 1)[0]
+        self.path, _, self.query = request.target.decode("ascii", "replace").partition("?")
         self.headers: dict[str, str] = {}
         for name, value in request.headers:
             key = name.decode("ascii", "replace").lower()
@@ -233,7 +234,10 @@ class H1Connection:
         if b"content-length" in names and b"transfer-encoding" in names:
             self._closing = True  # RFC 9112 section 6.3: answer, then close the connection
         method = event.method.decode("ascii", "replace").upper()
-        if self.router.rejects_before_body(method, _header(event, b"authorization")):
+        router = self.router
+        if router.rejects_before_body(method, _header(event, b"authorization")) and not router.is_web(
+            method, event.target.decode("ascii", "replace").partition("?")[0], _header(event, b"content-type")
+        ):
             self.discard = True
             self._dispatch()
             return

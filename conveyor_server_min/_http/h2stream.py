@@ -66,6 +66,7 @@ class H2Stream:
         "out",
         "path",
         "peer",
+        "query",
         "reset",
         "task",
         "trailers",
@@ -76,7 +77,7 @@ class H2Stream:
         self.id = stream_id
         self.headers = headers
         self.method = headers.get(":method", "")
-        self.path = headers.get(":path", "").split("?", 1)[0]
+        self.path, _, self.query = headers.get(":path", "").partition("?")
         self.peer = conn.peer
         self.http2 = True
         self.chunks: deque[tuple[bytes, int]] = deque()

@@ -38,6 +38,10 @@ class CallIO(Protocol):
         """Request path without the query string."""
 
     @property
+    def query(self) -> str:
+        """The query string (after ``?``; "" when none)."""
+
+    @property
     def headers(self) -> Mapping[str, str]:
         """Request headers, lower-case names (repeated headers joined with ``, ``)."""
 

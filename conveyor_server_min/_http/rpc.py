@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
@@ -31,11 +31,16 @@ from .auth import Authenticator
 from .reply import CallIO, Reply, plain_response
 from .wire import FLAG_END_STREAM, MessageDecoder, Negotiated, Wire, decompress, negotiate, parse_timeout
 
+if TYPE_CHECKING:
+    from .asgi import AsgiBridge
+
 __all__ = ["SESSION_PATH", "Router"]
 
 log = logging.getLogger("conveyor.server.http")
 
 SESSION_PATH = "/conveyor.v1.WorkerService/Session"
+RPC_PREFIX = "/conveyor.v1."
+_HEALTH = frozenset({"/healthz", "/readyz"})
 _ACCEPT_POST = ", ".join(
     (
         "application/grpc",
@@ -52,7 +57,13 @@ _ACCEPT_POST = ", ".join(
 
 
 class Router:
-    """Serves every RPC path of a :class:`ServiceSet` plus ``/healthz`` and ``/readyz``."""
+    """Serves every RPC path of a :class:`ServiceSet` plus ``/healthz`` and ``/readyz``.
+
+    With a web application (``web``, see :mod:`.asgi`) every other request goes to it: any
+    method but POST on a path other than the health checks, and a POST whose content-type is
+    no RPC format on a path that is not an RPC path (e.g. an HTML form). RPCs pay nothing for
+    it: a POST with an RPC content-type never looks at ``web``.
+    """
 
     def __init__(
         self,
@@ -68,22 +79,47 @@ class Router:
         self.max_message = max_message
         self.ready = ready
         self.body_timeout = body_timeout
+        self.web: AsgiBridge | None = None
+        self._rpc_paths = frozenset((*services.unary, *services.server_streams, SESSION_PATH))
 
     def rejects_before_body(self, method: str, authorization: str | None) -> bool:
-        """Whether a request will be refused whatever its body (a POST without valid credentials).
+        """Whether an RPC will be refused whatever its body (a POST without valid credentials).
 
-        HTTP/1.1 uses this to answer without buffering the body.
+        HTTP/1.1 uses this to answer without buffering the body, unless :meth:`is_web` says the
+        request goes to the web application (which has its own authentication).
         """
         return method == "POST" and self.auth.check(authorization) is not None
 
+    def is_web(self, method: str, path: str, content_type: str | None) -> bool:
+        """Whether a request goes to the web application (never when there is none)."""
+        if self.web is None:
+            return False
+        if method != "POST":
+            return path not in _HEALTH
+        return self._web_post(path, content_type)
+
+    def _web_post(self, path: str, content_type: str | None) -> bool:
+        return (
+            negotiate(content_type) is None
+            and path not in self._rpc_paths
+            and not path.startswith(RPC_PREFIX)
+        )
+
     async def handle(self, io: CallIO) -> None:
         """Serve one exchange to completion (always ends the response)."""
+        web = self.web
         if io.method != "POST":
-            self._handle_plain(io)
+            if web is not None and io.path not in _HEALTH:
+                await web.handle(io)
+            else:
+                self._handle_plain(io)
             return
         neg = negotiate(io.headers.get("content-type"))
         if neg is None:
-            plain_response(io, 415, "unsupported content-type", [("accept-post", _ACCEPT_POST)])
+            if web is not None and self._web_post(io.path, None):
+                await web.handle(io)
+            else:
+                plain_response(io, 415, "unsupported content-type", [("accept-post", _ACCEPT_POST)])
             return
         reply = Reply(io, neg)
         try:

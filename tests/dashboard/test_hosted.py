@@ -1,4 +1,4 @@
-"""The dashboard served by `conveyor server --dashboard-port` and printed by `conveyor worker` (embedded)."""
+"""The dashboard served by `conveyor server` (at / and on --dashboard-port) and by `conveyor worker`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import httpx
 from playwright.sync_api import expect
 
 from conveyor_sdk.client import SyncClient
+from conveyor_server_min.testing import ServerProcess
 from tests.cli_client._helpers import uid
 from tests.runtime._worker_proc import WorkerProc
 
@@ -65,6 +67,22 @@ def test_server_serves_the_dashboard(page: Any) -> None:
         proc.stdout.close()
 
 
+def test_server_serves_the_dashboard_at_its_own_url(
+    server_factory: Callable[..., ServerProcess], page: Any
+) -> None:
+    """The overview opens at the server's own URL (the RPC port) in chromium, and Pause works there."""
+    server = server_factory()
+    queue = uid("q")
+    with SyncClient(server.url) as client:
+        client.enqueue("job", None, queue=queue)
+        page.goto(server.url + "/")
+        row = page.locator(f'tr[data-queue="{queue}"]')
+        expect(row).to_be_visible()
+        row.locator("button.pause").click()
+        expect(row.locator(".queue-status")).to_have_text("paused")
+        assert {q.name: q.paused for q in client.admin.list_queues()}[queue] is True
+
+
 def test_worker_with_embedded_server_prints_dashboard_url(tmp_path: Path) -> None:
     """`conveyor worker` without --server prints a dashboard URL that answers with the overview."""
     (tmp_path / "dashapp.py").write_text(APP)
@@ -72,6 +90,8 @@ def test_worker_with_embedded_server_prints_dashboard_url(tmp_path: Path) -> Non
     try:
         proc.wait_for("dashboard on ")
         url = proc.output.split("dashboard on ", 1)[1].split()[0]
+        server = proc.output.split("embedded server listening on ", 1)[1].split()[0]
+        assert url == server + "/"  # the server's own port
         resp = httpx.get(url, timeout=10)
         assert resp.status_code == 200 and "<h1>Queues</h1>" in resp.text
         proc.signal(signal.SIGINT)

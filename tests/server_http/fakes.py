@@ -135,11 +135,12 @@ class FakeServices:
 class ThreadServer:
     """Runs :class:`Server` with given services on its own event loop in a thread."""
 
-    def __init__(self, services: Any, **config: Any) -> None:
+    def __init__(self, services: Any, *, web: Any = None, **config: Any) -> None:
         config.setdefault("port", 0)
         config.setdefault("dev", True)
         self.config = ServerConfig(**config)
         self.services = services
+        self.web = web
         self.server: Server | None = None
         self.url = ""
         self.loop = asyncio.new_event_loop()
@@ -147,7 +148,7 @@ class ThreadServer:
 
     def __enter__(self) -> ThreadServer:
         self._thread.start()
-        self.server = Server(self.config, services=self.services)
+        self.server = Server(self.config, services=self.services, web=self.web)
         self.url = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
         return self
 
