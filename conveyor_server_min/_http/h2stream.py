@@ -190,7 +190,8 @@ def _expire(fut: asyncio.Future[Any]) -> None:
         fut.set_result(_EXPIRED)
 
 
-_MAX_NAMED = 128  # decoded header fields one connection remembers (then it starts again)
+_MAX_NAMED = 128  # decoded header fields one connection remembers (then it starts again) ...
+_MAX_NAMED_BYTES = 512  # ... each at most this long (name + value)
 
 
 def header_dict(raw: Any, seen: dict[Any, tuple[str, str]] | None = None) -> dict[str, str]:
@@ -203,7 +204,7 @@ def header_dict(raw: Any, seen: dict[Any, tuple[str, str]] | None = None) -> dic
         decoded = seen.get(field) if seen is not None else None
         if decoded is None:
             decoded = _decode_field(field)
-            if seen is not None:
+            if seen is not None and len(field[0]) + len(field[1]) <= _MAX_NAMED_BYTES:
                 if len(seen) >= _MAX_NAMED:
                     seen.clear()
                 seen[field] = decoded

@@ -11,7 +11,7 @@ task's way from the producer's socket to a worker.
 :class:`FastDecoder` reads such blocks itself. Indexed fields come from hpack's
 header table; a literal whose name is a static-table index or a literal string
 is decoded once per connection and then found by its exact bytes (its meaning
-does not depend on the dynamic table). Anything else - a literal that adds to
+does not depend on the dynamic table); 64 such fields of at most 512 bytes are kept. Anything else - a literal that adds to
 the dynamic table, a table size update, a literal naming a dynamic entry,
 malformed or oversized input - hands the whole block to hpack's own decoder,
 which then decodes it (and raises) exactly as before. The fast path never
@@ -31,7 +31,7 @@ __all__ = ["FastDecoder"]
 
 _STATIC = HeaderTable.STATIC_TABLE_LENGTH
 _MAX_FIELDS = 64  # literal fields remembered per connection (then the memory starts again)
-_MAX_FIELD_BYTES = 512  # longer literals are decoded each time, never remembered
+_MAX_FIELD_BYTES = 512  # longer literal fields are left to hpack (and never remembered)
 
 
 class _Slow(Exception):
@@ -101,6 +101,8 @@ class FastDecoder(Decoder):
             else:  # literal without indexing / never indexed
                 start = i
                 i = self._skip_literal(data, i)
+                if i - start > _MAX_FIELD_BYTES:
+                    raise _Slow  # long literals: hpack decodes them once, not us first
                 key = data[start:i]
                 cached = fields.get(key)
                 header = cached if cached is not None else self._literal(key)
@@ -133,8 +135,7 @@ class FastDecoder(Decoder):
         value, _ = _string(field, i)
         cls = NeverIndexedHeaderTuple if field[0] & 0x10 else HeaderTuple
         header: HeaderTuple = cls(name, value)
-        if len(field) <= _MAX_FIELD_BYTES:
-            if len(self._fields) >= _MAX_FIELDS:
-                self._fields.clear()
-            self._fields[field] = header
+        if len(self._fields) >= _MAX_FIELDS:
+            self._fields.clear()
+        self._fields[field] = header
         return header

@@ -8,6 +8,7 @@ from hpack.exceptions import HPACKError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conveyor_server_min._http.h2stream import header_dict
 from conveyor_server_min._http.hpackfast import FastDecoder
 
 _NAMES = [b":method", b":path", b"content-type", b"content-length", b"x-custom", b"authorization"]
@@ -79,3 +80,21 @@ def test_oversized_header_list_fails_as_hpack_does() -> None:
     with pytest.raises(hpack.OversizedHeaderListError):
         fast.decode(block, raw=True)
     _same([block], max_list=64)
+
+
+def test_long_literal_is_left_to_hpack_and_not_remembered() -> None:
+    """A literal longer than 512 bytes decodes as in hpack and is not kept by the connection."""
+    value = b"v" * 600
+    block = b"\x83\x04\x7f\xd9\x03" + value  # POST, then :path with length 600 = 127 + 89 + 3 * 128
+    fast = FastDecoder()
+    assert fast.decode(block, raw=True) == [(b":method", b"POST"), (b":path", value)]
+    assert not fast._fields
+    _same([block, block])
+
+
+def test_header_dict_remembers_only_short_fields() -> None:
+    """Decoded header fields are remembered per connection only when short (bounded memory)."""
+    seen: dict[object, tuple[str, str]] = {}
+    raw = [(b"Content-Type", b"application/proto"), (b"x-big", b"b" * 600), (b"x-big", b"c")]
+    assert header_dict(raw, seen) == {"content-type": "application/proto", "x-big": "b" * 600 + ", c"}
+    assert set(seen) == {(b"Content-Type", b"application/proto"), (b"x-big", b"c")}
