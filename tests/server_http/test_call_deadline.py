@@ -63,7 +63,9 @@ def test_cancelling_the_call_cancels_the_waiting_handler() -> None:
     """Cancelling the calling task (RST_STREAM) is forwarded into the resumed handler."""
     cancelled: list[bool] = []
 
-    async def handler() -> str:
+    async def handler(waiting: asyncio.Event) -> str:
+        await asyncio.sleep(0)  # the first step ends here; the rest runs resumed under the timer
+        waiting.set()
         try:
             await asyncio.sleep(5)
         except asyncio.CancelledError:
@@ -72,8 +74,9 @@ def test_cancelling_the_call_cancels_the_waiting_handler() -> None:
         return "never"
 
     async def main() -> None:
-        task = asyncio.ensure_future(_with_timeout(handler(), 10.0))
-        await asyncio.sleep(0.01)
+        waiting = asyncio.Event()
+        task = asyncio.ensure_future(_with_timeout(handler(waiting), 10.0))
+        await asyncio.wait_for(waiting.wait(), 10)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
