@@ -11,11 +11,12 @@ task's way from the producer's socket to a worker.
 :class:`FastDecoder` reads such blocks itself. Indexed fields come from hpack's
 header table; a literal whose name is a static-table index or a literal string
 is decoded once per connection and then found by its exact bytes (its meaning
-does not depend on the dynamic table); 64 such fields of at most 512 bytes are kept. Anything else - a literal that adds to
-the dynamic table, a table size update, a literal naming a dynamic entry,
-malformed or oversized input - hands the whole block to hpack's own decoder,
-which then decodes it (and raises) exactly as before. The fast path never
-changes decoder state, so falling back midway is safe.
+does not depend on the dynamic table); 64 such fields of at most 512 bytes are
+kept. Anything else - a literal that adds to the dynamic table, a table size
+update, a literal naming a dynamic entry, a literal over 512 bytes, malformed or
+oversized input - hands the whole block to hpack's own decoder, which then
+decodes it (and raises) exactly as before. The fast path never changes decoder
+state, so falling back midway is safe.
 """
 
 from __future__ import annotations
