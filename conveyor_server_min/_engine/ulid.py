@@ -19,13 +19,14 @@ _RANDOM_BITS = 80
 _RANDOM_MASK = (1 << _RANDOM_BITS) - 1
 
 
+_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # 10 bits -> two characters
+_SHIFTS = range(120, -10, -10)  # 130 bits (two leading zero bits) as 13 ten-bit groups
+
+
 def encode_ulid(value: int) -> str:
     """Encode a 128-bit integer as 26 Crockford base32 characters."""
-    chars = []
-    for _ in range(26):
-        chars.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    pairs = _PAIRS
+    return "".join([pairs[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
 class UlidGenerator:

@@ -36,6 +36,7 @@ import h2.settings
 
 from .h2guard import FRAMES_PER_TURN, GuardedFrameBuffer
 from .h2stream import HIGH_WATER, H2Stream, RefusingConnection, header_dict
+from .hpackfast import FastDecoder
 from .limits import Deadline, FloodCounters, HttpLimits, WindowCounter, close_soon
 from .rpc import Router
 
@@ -90,7 +91,9 @@ class H2Connection:
         )
         self._next_turn = False  # frames are waiting in the buffer for the next loop turn
         self._linger_left = LINGER_BYTES
+        self.h2.decoder = FastDecoder()  # hpack's decoder with a fast path (a fresh table: no state yet)
         self.h2.decoder.max_header_list_size = limits.max_header_bytes
+        self._fields: dict[object, tuple[str, str]] = {}  # see header_dict
         # Shared by the client's connections (see Hub.floods_for): reconnecting does not refill them.
         floods = floods or FloodCounters.new(limits)
         self._resets, self._pings = floods.resets, floods.pings
@@ -197,7 +200,7 @@ class H2Connection:
             with contextlib.suppress(h2.exceptions.H2Error):  # the client may have reset it already
                 self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
             return
-        headers = header_dict(event.headers or ())
+        headers = header_dict(event.headers or (), self._fields)
         st = H2Stream(self, sid, headers)
         self.streams[sid] = st
         self._idle.clear()

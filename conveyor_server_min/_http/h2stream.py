@@ -191,10 +191,31 @@ def _expire(fut: asyncio.Future[Any]) -> None:
         fut.set_result(_EXPIRED)
 
 
-def header_dict(raw: Any) -> dict[str, str]:
+_MAX_NAMED = 128  # decoded header fields one connection remembers (then it starts again) ...
+_MAX_NAMED_BYTES = 512  # ... each at most this long (name + value)
+
+
+def header_dict(raw: Any, seen: dict[Any, tuple[str, str]] | None = None) -> dict[str, str]:
+    """Request headers as text, lower-case names; repeated names joined with ``", "``.
+
+    ``seen`` (one per connection) remembers decoded fields: a client repeats the same ones.
+    """
     headers: dict[str, str] = {}
-    for name, value in raw:
-        key = name.decode("ascii", "replace").lower() if isinstance(name, bytes) else name.lower()
-        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    for field in raw:
+        decoded = seen.get(field) if seen is not None else None
+        if decoded is None:
+            decoded = _decode_field(field)
+            if seen is not None and len(field[0]) + len(field[1]) <= _MAX_NAMED_BYTES:
+                if len(seen) >= _MAX_NAMED:
+                    seen.clear()
+                seen[field] = decoded
+        key, text = decoded
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
     return headers
+
+
+def _decode_field(field: Any) -> tuple[str, str]:
+    name, value = field
+    key = name.decode("ascii", "replace").lower() if isinstance(name, bytes) else name.lower()
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return key, text

@@ -25,6 +25,7 @@ import json
 import re
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from google.protobuf import json_format
@@ -247,7 +248,7 @@ _GRPC_TIMEOUT = re.compile(r"^(\d{1,8})([HMSmun])$")
 _GRPC_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
 
-def parse_timeout(wire: Wire, headers: dict[str, str]) -> float | None:
+def parse_timeout(wire: Wire, headers: Mapping[str, str]) -> float | None:
     """The caller's deadline in seconds (``grpc-timeout`` or ``connect-timeout-ms``), if any."""
     if wire in (Wire.GRPC, Wire.GRPC_WEB):
         raw = headers.get("grpc-timeout")
