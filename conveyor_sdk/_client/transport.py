@@ -151,7 +151,7 @@ class UnaryCaller:
             attempt += 1
             self.calls += 1
             try:
-                return await fn(request, headers=self.headers, timeout_ms=timeout_ms)
+                return await self._attempt(fn, request, timeout_ms)
             except Exception as exc:
                 if _cancelled(exc):
                     raise asyncio.CancelledError() from exc
@@ -162,6 +162,24 @@ class UnaryCaller:
             delay = plan.delay(attempt - 1)
             log.debug("%s unavailable (attempt %d); retrying in %.3fs", method, attempt, delay)
             await asyncio.sleep(delay)
+
+    async def _attempt(
+        self, fn: Callable[..., Awaitable[RES]], request: object, timeout_ms: int | None
+    ) -> RES:
+        """One call. Over Connect the deadline is kept here, with ``asyncio.timeout``, and sent as
+        ``connect-timeout-ms``: connectrpc's own ``wait_for`` would run the request in a new task,
+        one event-loop turn (about 50-70 us on an idle loop) before its bytes are written."""
+        if timeout_ms is None or self.config.protocol != "connect":
+            return await fn(request, headers=self.headers, timeout_ms=timeout_ms)
+        headers = {**self.headers, "connect-timeout-ms": str(timeout_ms)}
+        deadline = asyncio.timeout(timeout_ms / 1000)
+        try:
+            async with deadline:
+                return await fn(request, headers=headers, timeout_ms=None)
+        except Exception:
+            if deadline.expired():  # whatever connectrpc made of the cancellation
+                raise DeadlineExceeded(f"call exceeded its {timeout_ms / 1000:g}s deadline") from None
+            raise
 
     def call(
         self,

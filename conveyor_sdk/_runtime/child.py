@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from conveyor_sdk._runtime import pipe
 from conveyor_sdk._runtime.appload import AppLoadError, load_app
+from conveyor_sdk._runtime.outbox import Outbox
 from conveyor_sdk._worker.context import CancelSignal, ProgressSink
 from conveyor_sdk._worker.executor import CancelReason, Outcome, OutcomeKind
 from conveyor_sdk._worker.invoke import invoke_async
@@ -102,7 +103,7 @@ class ChildLoop:
         self.stopping = False
         self.done = asyncio.Event()
         self.writer: asyncio.WriteTransport | None = None
-        self.outbox: list[bytes] = []
+        self.outbox = Outbox(lambda: self.writer)
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -117,7 +118,7 @@ class ChildLoop:
             await self.done.wait()
         finally:
             beats.cancel()
-        self._flush()
+        self.outbox.flush()
         if self.writer is not None:
             for _ in range(500):  # let a full pipe drain (bounded: ~5 s)
                 if not self.writer.get_write_buffer_size():
@@ -126,17 +127,9 @@ class ChildLoop:
             self.writer.close()
 
     def send(self, message: pipe.PipeMessage) -> None:
-        """Queue a frame; frames queued in one loop iteration go out in one write."""
-        if self.writer is None or self.writer.is_closing():
-            return
-        self.outbox.append(pipe.encode(message))
-        if len(self.outbox) == 1:
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        data, self.outbox = b"".join(self.outbox), []
-        if data and self.writer is not None and not self.writer.is_closing():
-            self.writer.write(data)
+        """Send a frame (see :class:`Outbox`: the first of a loop turn leaves at once)."""
+        if self.writer is not None and not self.writer.is_closing():
+            self.outbox.send(pipe.encode(message))
 
     async def _beat(self) -> None:
         while True:

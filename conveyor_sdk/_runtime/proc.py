@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conveyor_sdk._runtime import pipe
+from conveyor_sdk._runtime.outbox import Outbox
 from conveyor_sdk._runtime.output import ChildOutput, write_output
 from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, Outcome
 from conveyor_sdk.errors import ProtocolError
@@ -117,7 +118,7 @@ class ChildProc:
     _child_fds: tuple[int, int] = (-1, -1)
     _writer: asyncio.WriteTransport | None = None
     _reader: asyncio.ReadTransport | None = None
-    _outbox: list[bytes] = field(default_factory=list)
+    _outbox: Outbox = field(init=False, repr=False)
     _stderr: asyncio.ReadTransport | None = None
     _pidfd: int = -1
     _pipe_closed: bool = False
@@ -128,6 +129,9 @@ class ChildProc:
     ready: asyncio.Event | None = None
     gone: asyncio.Event = field(default_factory=asyncio.Event)
     output_closed: asyncio.Event = field(default_factory=asyncio.Event)  # its output pipe reached EOF
+
+    def __post_init__(self) -> None:
+        self._outbox = Outbox(lambda: self._writer)
 
     @property
     def pid(self) -> int:
@@ -207,17 +211,9 @@ class ChildProc:
             self._pidfd = -1  # no pidfd: the supervisor's tick polls instead
 
     def send(self, message: pipe.PipeMessage) -> None:
-        """Queue a frame; frames queued in one loop iteration go out in one write."""
-        if self._writer is None or self._writer.is_closing():
-            return
-        self._outbox.append(pipe.encode(message))
-        if len(self._outbox) == 1:
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        data, self._outbox = b"".join(self._outbox), []
-        if data and self._writer is not None and not self._writer.is_closing():
-            self._writer.write(data)
+        """Send a frame (see :class:`Outbox`: the first of a loop turn leaves at once)."""
+        if self._writer is not None and not self._writer.is_closing():
+            self._outbox.send(pipe.encode(message))
 
     def kill(self, note: str) -> None:
         """SIGKILL the child's whole process group."""

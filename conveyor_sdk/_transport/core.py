@@ -39,7 +39,7 @@ from conveyor_sdk._protocol.framing import (
     error_from_grpc_trailers,
 )
 from conveyor_sdk._transport import _status
-from conveyor_sdk._transport._h2 import Connection, str_headers
+from conveyor_sdk._transport._h2 import Connection, str_headers, take_data_frames
 from conveyor_sdk.errors import (
     Canceled,
     ConveyorError,
@@ -67,6 +67,7 @@ class SessionCore:
         *,
         max_message: int = 64 * 1024 * 1024,
         recv_high_water: int = RECV_HIGH_WATER,
+        fast_data: bool = True,
     ) -> None:
         config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
         self._conn = Connection(config=config)
@@ -82,6 +83,8 @@ class SessionCore:
         self.max_message = max_message
         self.stream_id = 0
         self._decoder = FrameDecoder(max_message=max_message)
+        self._fast_data = fast_data  # read plain DATA frames without h2's parser (take_data_frames)
+        self.fast_frames = 0
         self._recv_high_water = recv_high_water
         # outbound
         self._out = bytearray()
@@ -221,6 +224,16 @@ class SessionCore:
                     Unavailable("the server answered in HTTP/1.x; it does not speak HTTP/2"), connection=True
                 )
                 return
+        if self._fast_data and self.status == 200 and self._error_body is None and not self.finished:
+            payloads, used = take_data_frames(self._conn, self.stream_id, data)
+            self.fast_frames += len(payloads)
+            for payload in payloads:  # the hot path: messages straight from DATA frames
+                self._on_payload(payload, len(payload))
+            if used:
+                data = data[used:]
+                if not data:
+                    self.flush()
+                    return
         try:
             events = self._conn.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
@@ -277,8 +290,10 @@ class SessionCore:
 
     def _on_data(self, event: h2.events.Event) -> None:
         assert isinstance(event, h2.events.DataReceived)
-        size = event.flow_controlled_length or 0
-        data = event.data or b""
+        self._on_payload(event.data or b"", event.flow_controlled_length or 0)
+
+    def _on_payload(self, data: bytes, size: int) -> None:
+        """One DATA frame's payload (``size``: its flow-controlled length), from h2 or the fast path."""
         if self._error_body is not None:
             if len(self._error_body) < _status.max_error_body():
                 self._error_body += data

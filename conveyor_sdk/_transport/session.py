@@ -103,6 +103,7 @@ class SessionStream:
             "bytes_queued": core.queued,
             "bytes_flushed": core.flushed,
             "unread_messages": core.unread,
+            "fast_data_frames": core.fast_frames,
             "finished": core.finished,
         }
 

@@ -285,3 +285,19 @@ def test_duplicate_after_retry_reads_back_our_own_task() -> None:
                 await client.enqueue("t", None, task_id="theirs")
 
     asyncio.run(main())
+
+
+def test_deadline_reaches_the_server() -> None:
+    """The call's deadline travels as connect-timeout-ms: the client default, or rpc_timeout."""
+
+    async def main() -> None:
+        service = AsyncFlaky(failures=0)
+        async with _client(service, timeout=7.5) as client:
+            await client.get_task("a")
+            await client.get_task("b", rpc_timeout=0.25)
+        async with _client(service, timeout=None) as client:
+            await client.get_task("c")
+        sent = [h.get("connect-timeout-ms") for h in service.headers]
+        assert sent == ["7500", "250", None]
+
+    asyncio.run(main())

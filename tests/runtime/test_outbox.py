@@ -1,0 +1,48 @@
+"""The pipe Outbox writes the first frame of a loop turn at once and the rest of the turn together."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from conveyor_sdk._runtime.outbox import Outbox
+
+
+def _readable(fd: int) -> bytes:
+    try:
+        return os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return b""
+
+
+async def _scenario() -> None:
+    rfd, wfd = os.pipe()
+    os.set_blocking(rfd, False)
+    loop = asyncio.get_running_loop()
+    writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(wfd, "wb", 0))
+    try:
+        box = Outbox(lambda: writer)
+        box.send(b"run1")
+        assert _readable(rfd) == b"run1"  # written synchronously, in this very turn
+        box.send(b"a")
+        box.send(b"b")
+        assert _readable(rfd) == b""  # coalesced until the turn ends
+        await asyncio.sleep(0)
+        assert _readable(rfd) == b"ab"
+        box.send(b"run2")  # a new turn: at once again
+        assert _readable(rfd) == b"run2"
+        await asyncio.sleep(0)
+        box.send(b"late")
+        writer.close()
+        box.send(b"dropped")  # a closed pipe is skipped, never raises
+        box.flush()
+        await asyncio.sleep(0)
+        assert _readable(rfd) == b"late"
+    finally:
+        writer.close()
+        os.close(rfd)
+
+
+def test_first_frame_leaves_before_the_loop_turns() -> None:
+    """A RunJob must not wait for the next iteration; later frames of the turn wait for one flush."""
+    asyncio.run(_scenario())
