@@ -20,6 +20,7 @@ from conveyor_sdk.client import (
 )
 from conveyor_sdk.errors import InvalidArgument, NotFound
 from conveyor_sdk.types import RetryPolicy, RetryStrategy, TaskState
+from tests._util import wait_until
 
 
 def uid(prefix: str = "q") -> str:
@@ -108,7 +109,8 @@ def test_info_and_server_version(url: str) -> None:
         assert client.admin.broker_info().driver == "memory"
         version = client.admin.server_version()
         assert version.server_version and version.min_sdk_version
-        assert client.admin.list_sessions() == []  # the probe session is closed
+        # The probe closed its session; the server forgets it once the close reaches it.
+        wait_until(lambda: client.admin.list_sessions() == [], 5.0, what="the probe session to go")
 
     async def main() -> str:
         async with Client(url) as client:
