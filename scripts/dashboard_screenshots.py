@@ -58,7 +58,7 @@ def _demo(url: str, hold: threading.Event) -> tuple[Worker, threading.Thread, st
         client.admin.upsert_cron(*nightly, queue="reports")
         client.admin.upsert_cron("digest", "0 */15 * * * *", "email.send", {"digest": True}, queue="emails")
         client.admin.pause_cron("digest")
-    worker = Worker(url, queues=["emails", "media", "reports"], concurrency=4)
+    worker = Worker(url, queues={"emails": 3, "media": 2, "reports": 1}, concurrency=4)
     thread = threading.Thread(target=worker.run_sync, args=(reg,), daemon=True)
     thread.start()
     return worker, thread, rid

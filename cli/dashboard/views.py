@@ -116,18 +116,41 @@ def actions_for(state: TaskState) -> list[str]:
 
 
 async def workers(client: Client) -> dict[str, Any]:
-    """Connected worker sessions, plus active tasks per queue (in flight across all sessions)."""
-    sessions, queues = await asyncio.gather(client.admin.list_sessions(), client.admin.list_queues())
+    """Connected worker sessions with their queue weights and in-flight tasks.
+
+    conveyor.v1's ``WorkerSession`` has neither; the reference server publishes both per session in
+    ``BrokerInfo.metrics`` (``session/<id>/in_flight``, ``session/<id>/weights``). Against a server
+    that does not, weights come from ``name:weight`` queue entries when present and "in flight"
+    falls back to the ACTIVE count of the session's queues (shared with other sessions; the page
+    says so).
+    """
+    sessions, queues, info = await asyncio.gather(
+        client.admin.list_sessions(), client.admin.list_queues(), client.admin.broker_info()
+    )
     active = {q.name: q.counts.get(TaskState.ACTIVE, 0) for q in queues}
-    rows = [
-        {
-            "session": s,
-            "queues": [_queue_weight(q) for q in s.queues],
-            "in_flight": _in_flight(s.queues, active),
-        }
-        for s in sessions
-    ]
-    return {"sessions": rows}
+    metrics = info.metrics
+    rows = []
+    for s in sessions:
+        exact = metrics.get(f"session/{s.id}/in_flight")
+        weights = _weights(metrics.get(f"session/{s.id}/weights"))
+        rows.append(
+            {
+                "session": s,
+                "queues": [(name, weights.get(name, w)) for name, w in map(_queue_weight, s.queues)],
+                "in_flight": int(exact) if exact and exact.isdigit() else _in_flight(s.queues, active),
+                "exact": bool(exact and exact.isdigit()),
+            }
+        )
+    return {"sessions": rows, "all_exact": all(r["exact"] for r in rows)}
+
+
+def _weights(text: str | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in (text or "").split(","):
+        name, sep, weight = item.rpartition("=")
+        if sep and name and weight.isdigit():
+            out[name] = weight
+    return out
 
 
 def _queue_weight(entry: str) -> tuple[str, str]:

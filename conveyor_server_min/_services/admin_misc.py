@@ -93,8 +93,13 @@ class MiscAdmin:
         totals = [0] * 10
         for counts in broker.counts().values():
             totals = [a + b for a, b in zip(totals, counts, strict=True)]
-        metrics = {"tasks": str(broker.size()), "sessions": str(len(self.engine.dispatcher.sessions))}
+        sessions = self.engine.dispatcher.sessions
+        metrics = {"tasks": str(broker.size()), "sessions": str(len(sessions))}
         metrics.update({_STATE_NAMES[s]: str(totals[s]) for s in range(1, 10)})
+        for sid, session in sessions.items():  # what WorkerSession cannot carry (see docs/dashboard.md)
+            metrics[f"session/{sid}/in_flight"] = str(len(session.by_task))
+            weights = sorted(session.queues.items())
+            metrics[f"session/{sid}/weights"] = ",".join(f"{q}={w}" for q, w in weights)
         return pb.BrokerInfoResponse(driver=broker.driver, metrics=metrics)
 
     async def watch(self, req: pb.WatchEventsRequest, ctx: CallContext) -> AsyncIterator[tpb.TaskEvent]:
