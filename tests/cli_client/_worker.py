@@ -10,9 +10,7 @@ from conveyor_sdk.worker import Registry, Worker
 
 
 @contextlib.contextmanager
-def worker_thread(
-    url: str, registry: Registry, queues: list[str] | Mapping[str, int]
-) -> Iterator[Worker]:
+def worker_thread(url: str, registry: Registry, queues: list[str] | Mapping[str, int]) -> Iterator[Worker]:
     """Serve ``queues`` while the block runs; then drain and require the thread to finish."""
     worker = Worker(url, queues=queues, concurrency=4, grace=5.0)
     errors: list[BaseException] = []
