@@ -34,7 +34,7 @@ from ._http.auth import Authenticator
 from ._http.listener import HttpProtocol, Hub, make_ssl_context
 from ._http.rpc import Router
 
-__all__ = ["Server", "WebAppError", "WebFactory", "run"]
+__all__ = ["Server", "WebAppError", "WebFactory", "run", "start_or_report"]
 
 log = logging.getLogger("conveyor.server")
 
@@ -183,17 +183,25 @@ async def _bounded(awaitable: Any, seconds: float, what: str) -> None:
         log.warning("%s did not finish within %.1fs", what, seconds)
 
 
-async def _serve(config: ServerConfig, web: WebFactory | None = None) -> int:
+async def start_or_report(server: Server) -> str | None:
+    """Start ``server`` and return its URL, or print one ``error:`` line and return None
+    (port taken, unusable database, web app that failed to start)."""
     from conveyor_server_min._engine.store import StoreError
 
-    server = Server(config, web=web)
+    config = server.config
     try:
-        url = await server.start()
+        return await server.start()
     except OSError as exc:
         print(f"error: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
     except (StoreError, WebAppError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+    return None
+
+
+async def _serve(config: ServerConfig, web: WebFactory | None = None) -> int:
+    server = Server(config, web=web)
+    url = await start_or_report(server)
+    if url is None:
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

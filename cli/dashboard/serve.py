@@ -94,8 +94,7 @@ async def serve_beside(
     dashboard``) and, with ``at_root``, also at ``/`` of the server's own port: then both serve one
     app instance (one client, one event feed) whose lifespan the server runs. Returns the exit code.
     """
-    from conveyor_server_min._engine.store import StoreError
-    from conveyor_server_min.server import Server, WebAppError
+    from conveyor_server_min.server import Server, start_or_report
 
     factory = for_server(server_config, auth_token)
     made: list[Starlette] = []
@@ -105,13 +104,8 @@ async def serve_beside(
         return made[0]
 
     server = Server(server_config, web=make if at_root else None)
-    try:
-        url = await server.start()
-    except OSError as exc:
-        print(f"error: cannot listen on {server_config.host}:{server_config.port}: {exc}", file=sys.stderr)
-        return 1
-    except (StoreError, WebAppError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    url = await start_or_report(server)
+    if url is None:
         return 1
     try:
         sock = bind(host, port)
