@@ -4,7 +4,7 @@ Every handler's first line takes ``time.monotonic_ns()`` (CLOCK_MONOTONIC, the s
 in every process on the machine) and appends ``<payload> <ns>`` to the file named by
 ``LAT_OUT``. The payload is the producer's sequence number as ASCII.
 
-Run one directly:  python bench/_latency_workers.py ours|conveyorq|grpc URL QUEUE
+Run one directly:  python bench/_latency_workers.py ours|floor|conveyorq|grpc URL QUEUE
 The runtime variant is ``conveyor worker bench._latency_workers:app`` (the module-level ``app``).
 """
 
@@ -19,9 +19,10 @@ import time
 _fd: int | None = None
 
 
-def record(payload: bytes) -> None:
+def record(payload: bytes, t: int | None = None) -> None:
     """Append ``payload t_ns`` to LAT_OUT (opened once, O_APPEND, one write per line)."""
-    t = time.monotonic_ns()
+    if t is None:
+        t = time.monotonic_ns()
     global _fd  # noqa: PLW0603 — one descriptor per process, opened on first use
     if _fd is None:
         _fd = os.open(os.environ["LAT_OUT"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -52,6 +53,34 @@ async def run_ours(url: str, queue: str) -> None:
     from conveyor_sdk.worker import Worker
 
     await Worker(url, queues={queue: 1}, concurrency=8).run(make_registry())  # type: ignore[arg-type]
+
+
+async def run_floor(url: str, queue: str) -> None:
+    """The floor: our Worker, but each task is stamped when its Dispatch's bytes reached Python.
+
+    The stamp is taken on entry to the session socket's ``data_received``, before any HTTP/2,
+    protobuf or session work, and written by the (empty) handler one loop turn later. On an
+    idle queue nothing else is read in between, so this is what any asyncio worker pays
+    before its first line of Python runs: producer, server, kernel wake-up and the loop's read.
+    """
+    from conveyor_sdk._transport import session
+    from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
+
+    read_ns = [0]
+    original = session._SocketProtocol.data_received
+
+    def data_received(self: object, data: bytes) -> None:
+        read_ns[0] = time.monotonic_ns()
+        original(self, data)  # type: ignore[arg-type]
+
+    session._SocketProtocol.data_received = data_received  # type: ignore[method-assign]
+    reg = Registry()
+
+    @reg.handler("lat")
+    async def lat(t: TaskData, ctx: TaskContext) -> None:
+        record(t.payload, read_ns[0])
+
+    await Worker(url, queues={queue: 1}, concurrency=8).run(reg)
 
 
 async def run_conveyorq(url: str, queue: str) -> None:
@@ -118,7 +147,7 @@ async def run_grpc(url: str, queue: str) -> None:
 
 def main() -> None:
     kind, url, queue = sys.argv[1:4]
-    runner = {"ours": run_ours, "conveyorq": run_conveyorq, "grpc": run_grpc}[kind]
+    runner = {"ours": run_ours, "floor": run_floor, "conveyorq": run_conveyorq, "grpc": run_grpc}[kind]
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(runner(url, queue))
 

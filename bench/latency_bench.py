@@ -9,8 +9,18 @@ clock (see ``bench/_latency_workers.py``). Latency = handler start - send.
 The upstream ``conveyorq`` SDK is measured when ``--conveyorq-python`` names an interpreter
 that has it installed (or this one does); otherwise that row is skipped with a note.
 
+The ``floor`` row is our Worker stamped when the Dispatch's bytes reach Python (the session
+socket's ``data_received``), not when the handler starts: the part of the latency that no
+worker written on asyncio can remove (producer, server, kernel wake-up, the loop's read).
+Each worker's "above floor" figure is what it spends after that. ``floor / conveyorq`` is
+the best ratio any asyncio worker could reach against conveyorq with this producer and server.
+
+``--pin`` puts the workers on the last CPU and this process (producer and server) on the
+others, so a worker that wakes does not compete for a CPU with the producer it raced; the
+comparison then shows the workers' own costs with less scheduler noise (Linux only).
+
 Run:  .venv/bin/python bench/latency_bench.py [--tasks 200] [--gap-ms 20] [--rounds 3]
-          [--conveyorq-python /path/to/venv/bin/python]
+          [--conveyorq-python /path/to/venv/bin/python] [--kinds floor,ours,...] [--pin]
 """
 
 from __future__ import annotations
@@ -91,7 +101,25 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
-def measure(kind: str, url: str, n: int, gap: float, conveyorq_python: str | None) -> dict[str, float]:
+def pin_cpus() -> tuple[set[int], set[int]] | None:
+    """(producer and server CPUs, worker CPUs) for ``--pin``; None where it cannot be done."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return set(cpus[:-1]), {cpus[-1]}
+
+
+def measure(
+    kind: str,
+    url: str,
+    n: int,
+    gap: float,
+    conveyorq_python: str | None,
+    *,
+    worker_cpus: set[int] | None = None,
+) -> dict[str, float]:
     queue = f"lat-{kind}-{time.monotonic_ns()}"
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "lat.txt")
@@ -101,6 +129,8 @@ def measure(kind: str, url: str, n: int, gap: float, conveyorq_python: str | Non
             command(kind, url, queue, conveyorq_python), env=env, cwd=ROOT,
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
+        if worker_cpus is not None:  # before its first task; the runtime's children inherit it
+            os.sched_setaffinity(proc.pid, worker_cpus)
         try:
             lat = asyncio.run(produce(url, queue, path, n, gap))
         except TimeoutError:
@@ -130,25 +160,36 @@ def main() -> None:
     ap.add_argument("--gap-ms", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--conveyorq-python", default=None)
-    ap.add_argument("--kinds", default="ours,runtime,grpc,conveyorq")
+    ap.add_argument("--kinds", default="floor,ours,runtime,grpc,conveyorq")
+    ap.add_argument("--pin", action="store_true", help="workers on the last CPU, producer+server on the rest")
     args = ap.parse_args()
+    pinned = pin_cpus() if args.pin else None
+    if args.pin and pinned is None:
+        print("--pin needs Linux and at least 2 CPUs: running unpinned")
+    if pinned is not None:
+        os.sched_setaffinity(0, pinned[0])  # the server process started below inherits it
     cq = has_conveyorq(args.conveyorq_python)
     kinds = [k for k in args.kinds.split(",") if k != "conveyorq" or cq]
     if "conveyorq" in args.kinds and not cq:
         print("conveyorq not installed (pass --conveyorq-python): row skipped")
     rows: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
-    print(f"{args.tasks} tasks per worker, one every {args.gap_ms:g} ms, {args.rounds} rounds; ms")
+    pin_note = f"; workers pinned to CPU {sorted(pinned[1])}" if pinned else ""
+    print(f"{args.tasks} tasks per worker, one every {args.gap_ms:g} ms, {args.rounds} rounds{pin_note}; ms")
     with ServerProcess(["--dev"]) as server:
         for r in range(args.rounds):
             for kind in kinds:
-                res = measure(kind, server.url, args.tasks, args.gap_ms / 1000, cq)
+                res = measure(
+                    kind, server.url, args.tasks, args.gap_ms / 1000, cq, worker_cpus=pinned and pinned[1]
+                )
                 rows[kind].append(res)
                 print(f"  round {r + 1}: {kind:<10} p50 {res['p50']:.3f}  p90 {res['p90']:.3f}"
                       f"  p99 {res['p99']:.3f}", flush=True)  # fmt: skip
     print(f"{'worker':<12}{'p50':>9}{'p90':>9}{'p99':>9}   (median of rounds)")
     med = {k: {p: statistics.median(x[p] for x in v) for p in ("p50", "p90", "p99")} for k, v in rows.items()}
+    floor = med.get("floor")
     for kind, m in med.items():
-        print(f"{kind:<12}{m['p50']:>9.3f}{m['p90']:>9.3f}{m['p99']:>9.3f}")
+        above = "" if floor is None or kind == "floor" else f"   {m['p50'] - floor['p50']:.3f} above floor"
+        print(f"{kind:<12}{m['p50']:>9.3f}{m['p90']:>9.3f}{m['p99']:>9.3f}{above}")
     base = "conveyorq" if "conveyorq" in med else "grpc" if "grpc" in med else None
     if base is not None:
         for kind in med:

@@ -199,7 +199,10 @@ async def run_opened(
     A plaintext job is handed to ``run`` unchanged (no copy). A member that cannot be opened
     gets RETRY or SKIP_RETRY by :attr:`DecryptionError.retryable` and never reaches a handler.
     """
-    if not any(t.metadata.get(MARKER_KEY) for t in job.tasks):
+    for task in job.tasks:  # a loop, not any(<genexpr>): every job passes here on its way to the handler
+        if task.metadata.get(MARKER_KEY):
+            break
+    else:
         return await run(job)
     encryptor = encryptor_for()
     fixed: dict[str, Outcome] = {}

@@ -57,8 +57,16 @@ def delivery_from_envelopes(
     dispatch_deadline: float | None,
 ) -> Delivery:
     """Build a Delivery, extracting the task-owned time bounds from the members' options."""
-    deadlines = [_ts(t.options.deadline) for t in tasks if t.options.HasField("deadline")]
-    timeouts = [_ts(t.options.timeout) for t in tasks if t.options.HasField("timeout")]
+    deadlines: list[float] = []
+    timeouts: list[float] = []
+    for t in tasks:  # a plain loop: this runs for every Dispatch, on the way to the handler
+        opts = t.options
+        if opts.HasField("deadline"):
+            deadlines.append(_ts(opts.deadline))
+        if opts.HasField("timeout"):
+            timeout = _ts(opts.timeout)
+            if timeout > 0:
+                timeouts.append(timeout)
     first = tasks[0]
     return Delivery(
         job_id=f"batch:{first.id}" if batch else first.id,
@@ -70,7 +78,7 @@ def delivery_from_envelopes(
         received_at=now,
         dispatch_deadline=dispatch_deadline,
         task_deadline=_min(deadlines),
-        timeout=_min([t for t in timeouts if t > 0]),
+        timeout=_min(timeouts),
     )
 
 

@@ -295,14 +295,14 @@ class WorkerSession:
 
     def _on_dispatch(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
         d = msg.dispatch
-        if not d.HasField("task") or not d.task.id:
+        task = d.task  # an absent task reads as the default envelope, whose id is empty
+        task_id = task.id
+        if not task_id:
             return [Notice("ignored a Dispatch without a task id")]
-        if d.task.id in self._task_index:
-            return [Notice(f"ignored a duplicate Dispatch of in-flight task {d.task.id}")]
+        if task_id in self._task_index:
+            return [Notice(f"ignored a duplicate Dispatch of in-flight task {task_id}")]
         deadline = d.deadline.ToNanoseconds() / 1e9 if d.HasField("deadline") else None
-        delivery = delivery_from_envelopes(
-            (d.task,), batch=False, group="", now=now, dispatch_deadline=deadline
-        )
+        delivery = delivery_from_envelopes((task,), batch=False, group="", now=now, dispatch_deadline=deadline)
         return self._accept(delivery, now, can_start)
 
     def _on_batch_dispatch(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:

@@ -46,7 +46,7 @@ def job_for_delivery(delivery: Delivery, registry: Registry | None, deadline: fl
         job_id=delivery.job_id,
         queue=delivery.queue,
         type=delivery.type,
-        tasks=tuple(task_data(t, delivery.group) for t in delivery.tasks),
+        tasks=tuple([task_data(t, delivery.group) for t in delivery.tasks]),
         batch=batch,
         deadline=deadline,
     )
