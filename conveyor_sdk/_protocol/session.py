@@ -302,7 +302,9 @@ class WorkerSession:
         if task_id in self._task_index:
             return [Notice(f"ignored a duplicate Dispatch of in-flight task {task_id}")]
         deadline = d.deadline.ToNanoseconds() / 1e9 if d.HasField("deadline") else None
-        delivery = delivery_from_envelopes((task,), batch=False, group="", now=now, dispatch_deadline=deadline)
+        delivery = delivery_from_envelopes(
+            (task,), batch=False, group="", now=now, dispatch_deadline=deadline
+        )
         return self._accept(delivery, now, can_start)
 
     def _on_batch_dispatch(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
