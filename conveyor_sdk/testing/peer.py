@@ -37,6 +37,10 @@ from conveyor_sdk.testing._peer_session import PeerSession
 
 __all__ = ["PeerSession", "ScriptedPeer"]
 
+# Loop turns from a socket accept to its connection callback: the accept task attaches the
+# transport (1), connection_made runs (2), the callback task takes its first step (3). One spare.
+_ACCEPT_TURNS = 4
+
 
 @dataclass(frozen=True, slots=True)
 class _Rejection:
@@ -73,6 +77,7 @@ class ScriptedPeer:
         self.streams: list[PeerSession] = []  # every stream opened, accepted or rejected, in order
         self.connections: list[PeerConnection] = []
         self._server: asyncio.Server | None = None
+        self._closing = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._accepted: deque[PeerSession] = deque()
         self._rejections: deque[_Rejection] = deque()
@@ -93,8 +98,20 @@ class ScriptedPeer:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop listening, drop every connection and wait for their tasks."""
+        """Stop listening, drop every connection and wait for their tasks.
+
+        Accepting stops first and the server object closes a few loop turns later: asyncio
+        (3.11) cannot attach a connection it already accepted to a closed server and would drop
+        its socket unclosed (a ResourceWarning at the next garbage collection). Connections that
+        arrive in those turns are aborted as soon as they reach this peer.
+        """
+        self._closing = True
         if self._server is not None:
+            loop = asyncio.get_running_loop()
+            for sock in self._server.sockets:
+                loop.remove_reader(sock.fileno())
+            for _ in range(_ACCEPT_TURNS):
+                await asyncio.sleep(0)  # turns, not time: see _ACCEPT_TURNS
             self._server.close()
         for conn in self.connections:
             conn.abort()
@@ -145,6 +162,9 @@ class ScriptedPeer:
     # ---- internals -------------------------------------------------------------------------------
 
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closing:  # accepted while closing (see aclose): drop it, closed
+            writer.transport.abort()
+            return
         conn = PeerConnection(reader, writer, self.protocol, self._on_request)
         self.connections.append(conn)
         task = asyncio.current_task()
