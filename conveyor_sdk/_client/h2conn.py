@@ -31,7 +31,7 @@ from h2.errors import ErrorCodes
 
 from conveyor_sdk._transport import _status
 from conveyor_sdk._transport._connect import Target
-from conveyor_sdk._transport._h2 import Connection, str_headers
+from conveyor_sdk._transport._h2 import CachingEncoder, Connection, str_headers
 from conveyor_sdk._transport.signal import Signal
 from conveyor_sdk.errors import ConveyorError, Unavailable
 
@@ -76,6 +76,7 @@ class H2Conn(asyncio.Protocol):
             normalize_outbound_headers=False,
         )
         self.h2 = Connection(config=config)
+        self.h2.encoder = CachingEncoder()  # the same request headers, call after call
         self.h2.local_settings = h2.settings.Settings(
             client=True,
             initial_values={
@@ -147,7 +148,9 @@ class H2Conn(asyncio.Protocol):
         """True when a new stream may be opened now."""
         if self.closed or self.draining:
             return False
-        return self.h2.open_outbound_streams < self.h2.remote_settings.max_concurrent_streams
+        # Our own count (h2's walks every stream): a stream leaves ``streams`` when h2 closes it,
+        # or when we reset it.
+        return len(self.streams) < self.h2.remote_settings.max_concurrent_streams
 
     def start(self, headers: list[tuple[str, str]], body: bytes) -> tuple[H2Stream, int]:
         """Open a stream, send HEADERS and what the windows allow of ``body``; return it, bytes sent."""
@@ -169,8 +172,11 @@ class H2Conn(asyncio.Protocol):
     async def send_rest(self, stream: H2Stream, body: bytes, sent: int) -> None:
         """Send ``body[sent:]`` as the peer's flow-control windows open."""
         while sent < len(body):
-            if stream.done or self.closed:
-                return  # the outcome is known; the caller reads it
+            if self.closed:
+                return
+            if stream.done:  # the server answered before taking the whole body: stop sending
+                self._reset(stream)
+                return
             before = sent
             if not self._paused:
                 sent = self._send_some(stream, body, sent)
@@ -193,12 +199,7 @@ class H2Conn(asyncio.Protocol):
         self.streams.pop(stream.id, None)
         if not stream.done:
             stream.error = Unavailable("the call was cancelled")
-            if not self.closed:
-                try:
-                    self.h2.reset_stream(stream.id, ErrorCodes.CANCEL)
-                except h2.exceptions.H2Error:
-                    log.debug("stream already closed when cancelling", exc_info=True)
-                self.flush()
+            self._reset(stream)
         self.changed.fire()
         if self.draining and not self.streams:
             self.close()
@@ -225,6 +226,15 @@ class H2Conn(asyncio.Protocol):
             transport.write(data)
 
     # ---- internals -----------------------------------------------------------------------------
+
+    def _reset(self, stream: H2Stream) -> None:
+        if self.closed:
+            return
+        try:
+            self.h2.reset_stream(stream.id, ErrorCodes.CANCEL)
+        except h2.exceptions.H2Error:
+            log.debug("stream already closed when resetting", exc_info=True)
+        self.flush()
 
     def _send_some(self, stream: H2Stream, body: bytes, sent: int) -> int:
         conn, sid, total = self.h2, stream.id, len(body)
