@@ -43,6 +43,7 @@ from conveyor_sdk._client.admin_types import (
 )
 from conveyor_sdk._client.admin_wire import CronOptions
 from conveyor_sdk._client.convert import enqueue_result, task_info
+from conveyor_sdk._client.h2transport import H2Transport
 from conveyor_sdk._client.options import EnqueueOptions, TaskSpec, ValidationError
 from conveyor_sdk._client.retry import RetryConfig
 from conveyor_sdk._client.transport import ClientConfig, Protocol, UnaryCaller, WireFormat
@@ -205,11 +206,18 @@ class Client(_Base):
         self._owned = transport is None
         self._transport = transport or pyqwest.HTTPTransport(**self._config.transport_kwargs())
         http = pyqwest.Client(self._transport)
+        # Task calls (the producer's hot path) run on an asyncio HTTP/2 transport: no thread hop.
+        self._h2 = H2Transport(self.address, ca_pem=self._config.tls_ca_cert) if self._native_h2() else None
         ckw = self._config.connect_kwargs()
-        self._tasks = sc.TaskServiceClient(self.address, http_client=http, **ckw)
+        tasks_http = pyqwest.Client(self._h2) if self._h2 is not None else http
+        self._tasks = sc.TaskServiceClient(self.address, http_client=tasks_http, **ckw)
         self.admin = AsyncAdmin(
             self._caller, sc.AdminServiceClient(self.address, http_client=http, **ckw), self.codecs
         )
+
+    def _native_h2(self) -> bool:
+        """Our own HTTP/2 transport for task calls: HTTP/2 and no transport given by the caller."""
+        return self._owned and self._config.http2
 
     async def enqueue(
         self, type: str, payload: Any = None, /, *, rpc_timeout: Duration | None = None,
@@ -271,6 +279,8 @@ class Client(_Base):
         if self._closed:
             return
         self._closed = True
+        if self._h2 is not None:
+            await self._h2.aclose()
         if self._owned and isinstance(self._transport, pyqwest.HTTPTransport):
             await self._transport.aclose()
 

@@ -63,5 +63,8 @@ def safe_to_repeat(method: str, request: object) -> bool:
 
 
 def should_retry(error: ConveyorError, attempt: int, config: RetryConfig) -> bool:
-    """Retry after failed ``attempt`` (1-based) when ``unavailable`` and budget remains."""
-    return error.code is Code.UNAVAILABLE and attempt < config.attempts
+    """Retry after failed ``attempt`` (1-based) when ``unavailable``, retryable, and budget remains.
+
+    ``retryable`` is False for failures repeating cannot fix (an untrusted certificate, a closed client).
+    """
+    return error.code is Code.UNAVAILABLE and error.retryable and attempt < config.attempts

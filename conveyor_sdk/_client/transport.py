@@ -103,6 +103,8 @@ def translate(exc: BaseException) -> ConveyorError:
     if isinstance(exc, ConveyorError):
         return exc
     if isinstance(exc, ConnectError):
+        if isinstance(exc.__cause__, ConveyorError):  # raised by our own transport, wrapped by connectrpc
+            return exc.__cause__
         code = Code.from_connect(exc.code.value)
         details = {"connect_code": exc.code.value}
         return error_for_code(code, exc.message or str(exc), details=details)

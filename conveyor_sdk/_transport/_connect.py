@@ -9,7 +9,7 @@ from __future__ import annotations
 import ssl
 import urllib.parse
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from hpack import NeverIndexedHeaderTuple
 
@@ -17,7 +17,7 @@ from conveyor_sdk._transport._status import CONTENT_TYPES
 from conveyor_sdk._transport.options import TLSOptions, TransportOptions
 from conveyor_sdk.errors import ConveyorError, InvalidArgument, Unavailable
 
-__all__ = ["Target", "connect_error", "parse_target", "request_headers", "tls_context"]
+__all__ = ["Target", "check_alpn", "connect_error", "parse_target", "request_headers", "tls_context"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,14 +71,20 @@ def request_headers(target: Target, path: str, options: TransportOptions) -> lis
     return headers
 
 
-def tls_context(tls: TLSOptions | None) -> ssl.SSLContext:
-    """A verifying client context offering only ALPN ``h2``."""
+def tls_context(tls: TLSOptions | None, *, ca_data: bytes | None = None) -> ssl.SSLContext:
+    """A verifying client context offering only ALPN ``h2``.
+
+    ``ca_data``: a PEM CA bundle in memory (the producer client's ``tls_ca_cert``), trusted
+    instead of the system store, like ``tls.ca_file``.
+    """
     tls = tls or TLSOptions()
     try:
-        ctx = ssl.create_default_context(cafile=tls.ca_file)
+        ctx = ssl.create_default_context(
+            cafile=tls.ca_file, cadata=ca_data.decode("ascii") if ca_data is not None else None
+        )
         if tls.cert_file:
             ctx.load_cert_chain(tls.cert_file, tls.key_file)
-    except (OSError, ssl.SSLError) as exc:
+    except (OSError, ssl.SSLError, UnicodeDecodeError) as exc:
         raise InvalidArgument(f"cannot load TLS files: {exc}") from None
     ctx.set_alpn_protocols(["h2"])
     return ctx
@@ -98,3 +104,15 @@ def connect_error(exc: BaseException, target: Target) -> ConveyorError:
         reason = exc.strerror or str(exc) or type(exc).__name__
         return Unavailable(f"cannot connect to {where}: {reason}")
     return Unavailable(f"cannot connect to {where}: {exc!r}")
+
+
+def check_alpn(transport: Any, target: Target) -> None:
+    """Close ``transport`` (an asyncio transport) and raise Unavailable unless TLS negotiated ``h2``."""
+    ssl_obj = transport.get_extra_info("ssl_object")
+    if ssl_obj is None:
+        return
+    alpn = ssl_obj.selected_alpn_protocol()
+    if alpn != "h2":
+        transport.close()
+        why = OSError(f"the server did not negotiate HTTP/2 via ALPN (got {alpn!r})")
+        raise connect_error(why, target)

@@ -286,18 +286,7 @@ async def open_session(
         raise
     except (OSError, TimeoutError) as exc:
         raise _connect.connect_error(exc, target) from None
-    _check_alpn(transport, target)
+    _connect.check_alpn(transport, target)
     assert isinstance(transport, asyncio.Transport)
     stream._attach(transport)
     return stream
-
-
-def _check_alpn(transport: asyncio.BaseTransport, target: _connect.Target) -> None:
-    ssl_obj = transport.get_extra_info("ssl_object")
-    if ssl_obj is None:
-        return
-    alpn = ssl_obj.selected_alpn_protocol()
-    if alpn != "h2":
-        transport.close()
-        why = OSError(f"the server did not negotiate HTTP/2 via ALPN (got {alpn!r})")
-        raise _connect.connect_error(why, target)

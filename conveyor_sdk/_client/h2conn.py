@@ -1,0 +1,317 @@
+"""One HTTP/2 connection of the async producer client: many concurrent calls, one per stream.
+
+An :class:`asyncio.Protocol` around the SDK's h2 connection (:class:`conveyor_sdk._transport._h2.Connection`,
+which lets streams below a graceful GOAWAY finish). It runs on the caller's event loop: a call's
+HEADERS and DATA are framed and written in the caller's own turn, and responses are read in the
+socket callback, with no thread or task hop either way.
+
+* Streams: :meth:`H2Conn.start` opens one and sends as much of the body as the flow-control
+  windows allow (usually all of it, in one ``write``); :meth:`H2Conn.send_rest` sends the rest
+  as WINDOW_UPDATEs arrive. New streams wait while ``MAX_CONCURRENT_STREAMS`` are open.
+* Inbound data is acknowledged (WINDOW_UPDATE) as the caller consumes it, so a slow reader
+  bounds what the server may send ahead.
+* A GOAWAY stops new streams (``draining``); streams the server did not process fail with a
+  retryable :class:`~conveyor_sdk.errors.Unavailable`, the others may finish. A lost
+  connection fails every open stream with Unavailable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+
+import h2.config
+import h2.events
+import h2.exceptions
+import h2.settings
+from h2.connection import ConnectionState
+from h2.errors import ErrorCodes
+
+from conveyor_sdk._transport import _status
+from conveyor_sdk._transport._connect import Target
+from conveyor_sdk._transport._h2 import CachingEncoder, Connection, str_headers
+from conveyor_sdk._transport.signal import Signal
+from conveyor_sdk.errors import ConveyorError, Unavailable
+
+__all__ = ["H2Conn", "H2Stream"]
+
+log = logging.getLogger("conveyor.client")
+
+STREAM_WINDOW = 1 << 20
+CONNECTION_WINDOW = 1 << 24
+
+
+class H2Stream:
+    """The state of one call: response headers, unread DATA, trailers, outcome."""
+
+    __slots__ = ("chunks", "ended", "error", "headers", "id", "trailers", "wake")
+
+    def __init__(self, stream_id: int) -> None:
+        self.id = stream_id
+        self.headers: list[tuple[str, str]] | None = None
+        self.chunks: deque[tuple[bytes, int]] = deque()  # (payload, flow-controlled length)
+        self.trailers: list[tuple[str, str]] = []
+        self.ended = False  # the server finished the stream (END_STREAM)
+        self.error: ConveyorError | None = None
+        self.wake = Signal()
+
+    @property
+    def done(self) -> bool:
+        """No more input will arrive (ended or failed)."""
+        return self.ended or self.error is not None
+
+
+class H2Conn(asyncio.Protocol):
+    """A client HTTP/2 connection shared by every call of one client (see the module docstring)."""
+
+    def __init__(self, target: Target) -> None:
+        config = h2.config.H2Configuration(
+            client_side=True,
+            header_encoding="utf-8",
+            # Callers hand over lower-case names without hop-by-hop fields (H2Transport does),
+            # which is all these two passes would check or fix; they cost ~20% of a send.
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
+        self.h2 = Connection(config=config)
+        self.h2.encoder = CachingEncoder()  # the same request headers, call after call
+        self.h2.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+            },
+        )
+        self.target = target
+        self.streams: dict[int, H2Stream] = {}
+        self.transport: asyncio.Transport | None = None
+        self.closed = False  # the socket is gone (or going): no more I/O
+        self.draining = False  # GOAWAY received or sent: no new streams
+        self.changed = Signal()  # windows, settings, a stream closed, writable again
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._paused = False
+        self._seen_input = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "draining" if self.draining else "open"
+        return f"<H2Conn {self.target.authority} {state} streams={len(self.streams)}>"
+
+    # ---- asyncio.Protocol ----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.h2.initiate_connection()
+        self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        if not self._seen_input:
+            self._seen_input = True
+            if data.startswith(b"HTTP/1."):
+                self._fail(Unavailable("the server answered in HTTP/1.x; it does not speak HTTP/2"))
+                return
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            self._fail(Unavailable(f"the server broke the HTTP/2 protocol: {exc}"))
+            return
+        except Exception as exc:  # isolation point: garbage input must not escape as a foreign error
+            log.debug("unexpected error decoding HTTP/2 input", exc_info=True)
+            self._fail(Unavailable(f"the server sent undecodable HTTP/2 data: {exc!r}"))
+            return
+        for event in events:
+            self._on_event(event)
+        self.flush()
+        if self.draining and not self.streams:
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = self.draining = True
+        self._fail_streams(_status.connection_error(exc), lambda sid: True)
+        if not self.lost.done():
+            self.lost.set_result(None)
+        self.changed.fire()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self.changed.fire()
+
+    # ---- calls ---------------------------------------------------------------------------------
+
+    def has_capacity(self) -> bool:
+        """True when a new stream may be opened now."""
+        if self.closed or self.draining:
+            return False
+        # Our own count (h2's walks every stream): a stream leaves ``streams`` when h2 closes it,
+        # or when we reset it.
+        return len(self.streams) < self.h2.remote_settings.max_concurrent_streams
+
+    def start(self, headers: list[tuple[str, str]], body: bytes) -> tuple[H2Stream, int]:
+        """Open a stream, send HEADERS and what the windows allow of ``body``; return it, bytes sent."""
+        try:
+            sid = self.h2.get_next_available_stream_id()
+        except h2.exceptions.NoAvailableStreamIDError:
+            self.draining = True
+            raise Unavailable("HTTP/2 stream ids exhausted on this connection") from None
+        try:
+            self.h2.send_headers(sid, headers, end_stream=not body)
+        except h2.exceptions.H2Error as exc:  # e.g. the connection closed under us
+            self.draining = True
+            raise Unavailable(f"cannot open an HTTP/2 stream: {exc}") from None
+        stream = self.streams[sid] = H2Stream(sid)
+        sent = self._send_some(stream, body, 0) if body else 0
+        self.flush()
+        return stream, sent
+
+    async def send_rest(self, stream: H2Stream, body: bytes, sent: int) -> None:
+        """Send ``body[sent:]`` as the peer's flow-control windows open."""
+        while sent < len(body):
+            if self.closed:
+                return
+            if stream.done:  # the server answered before taking the whole body: stop sending
+                self._reset(stream)
+                return
+            before = sent
+            if not self._paused:
+                sent = self._send_some(stream, body, sent)
+                self.flush()
+            if sent == before or self._paused:
+                await self.changed.wait()
+
+    def consumed(self, stream: H2Stream, size: int) -> None:
+        """The caller read ``size`` flow-controlled bytes of ``stream``: return them to the server."""
+        if self.closed or not size:
+            return
+        try:
+            self.h2.acknowledge_received_data(size, stream.id)
+        except h2.exceptions.H2Error:
+            log.debug("could not acknowledge received data", exc_info=True)
+        self.flush()
+
+    def cancel(self, stream: H2Stream) -> None:
+        """The caller gave up on ``stream``: RST_STREAM(CANCEL) unless it already ended."""
+        self.streams.pop(stream.id, None)
+        if not stream.done:
+            stream.error = Unavailable("the call was cancelled")
+            self._reset(stream)
+        self.changed.fire()
+        if self.draining and not self.streams:
+            self.close()
+
+    def close(self) -> None:
+        """Send GOAWAY and close the socket (open streams fail as the connection goes)."""
+        self.draining = True
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.h2.close_connection()
+        except h2.exceptions.H2Error:
+            log.debug("connection already closed", exc_info=True)
+        self.flush(force=True)
+        if self.transport is not None:
+            self.transport.close()
+
+    def flush(self, *, force: bool = False) -> None:
+        """Write what h2 has queued (one ``write`` call)."""
+        data = self.h2.data_to_send()
+        transport = self.transport
+        if data and transport is not None and (force or not self.closed) and not transport.is_closing():
+            transport.write(data)
+
+    # ---- internals -----------------------------------------------------------------------------
+
+    def _reset(self, stream: H2Stream) -> None:
+        if self.closed:
+            return
+        try:
+            self.h2.reset_stream(stream.id, ErrorCodes.CANCEL)
+        except h2.exceptions.H2Error:
+            log.debug("stream already closed when resetting", exc_info=True)
+        self.flush()
+
+    def _send_some(self, stream: H2Stream, body: bytes, sent: int) -> int:
+        conn, sid, total = self.h2, stream.id, len(body)
+        try:
+            while sent < total:
+                window = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+                if window <= 0:
+                    break
+                end = min(total, sent + window)
+                conn.send_data(sid, body[sent:end], end_stream=end == total)
+                sent = end
+        except h2.exceptions.StreamClosedError:
+            return total  # the server already ended or reset it; its outcome says why
+        return sent
+
+    def _on_event(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.DataReceived):
+            stream = self.streams.get(event.stream_id or 0)
+            size = event.flow_controlled_length or 0
+            if stream is None:
+                self.h2.acknowledge_received_data(size, event.stream_id or 0)  # a cancelled call's data
+            else:
+                stream.chunks.append((event.data or b"", size))
+                stream.wake.fire()
+        elif isinstance(event, h2.events.ResponseReceived):
+            self._with_stream(event.stream_id, "headers", event.headers)
+        elif isinstance(event, h2.events.TrailersReceived):
+            self._with_stream(event.stream_id, "trailers", event.headers)
+        elif isinstance(event, h2.events.StreamEnded):
+            stream = self.streams.pop(event.stream_id or 0, None)
+            if stream is not None:
+                stream.ended = True
+                stream.wake.fire()
+            self.changed.fire()
+        elif isinstance(event, h2.events.StreamReset):
+            self._on_reset(event)
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self._on_goaway(event)
+        elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
+            self.changed.fire()
+
+    def _with_stream(self, stream_id: int | None, field: str, headers: object) -> None:
+        stream = self.streams.get(stream_id or 0)
+        if stream is not None:
+            setattr(stream, field, list(str_headers(headers).items()))
+            stream.wake.fire()
+
+    def _on_reset(self, event: h2.events.StreamReset) -> None:
+        stream = self.streams.pop(event.stream_id or 0, None)
+        if stream is not None and not stream.done:
+            code = int(event.error_code or 0)
+            err = _status.reset_error(code)
+            err.message = err.message.replace("session stream", "stream of this call")
+            stream.error = err
+            stream.wake.fire()
+        self.changed.fire()
+
+    def _on_goaway(self, event: h2.events.ConnectionTerminated) -> None:
+        self.draining = True
+        code = int(event.error_code or 0)
+        last = event.last_stream_id if event.last_stream_id is not None else 0
+        err = _status.goaway_error(code, event.additional_data)
+        if code != 0 or self.h2.state_machine.state is ConnectionState.CLOSED:
+            self._fail(err)  # h2 keeps no stream alive: everything open ends here
+        else:
+            self._fail_streams(err, lambda sid: sid > last)  # not processed: safe to retry elsewhere
+        self.changed.fire()
+
+    def _fail_streams(self, error: ConveyorError, which: Callable[[int], bool]) -> None:
+        for sid in [sid for sid in self.streams if which(sid)]:
+            stream = self.streams.pop(sid)
+            if not stream.done:
+                stream.error = error
+                stream.wake.fire()
+
+    def _fail(self, error: ConveyorError) -> None:
+        """A connection-level failure: every open stream fails with ``error``; the socket closes."""
+        self._fail_streams(error, lambda sid: True)
+        self.close()
+        self.changed.fire()

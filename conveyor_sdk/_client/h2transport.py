@@ -1,0 +1,217 @@
+"""An asyncio HTTP/2 transport for connectrpc's async client (the pyqwest ``Transport`` protocol).
+
+Why: pyqwest runs every request on its own Rust runtime thread. For a unary call that hop
+(wake the runtime thread, hand the request over, and back) costs more than all of our and
+connectrpc's Python together when the process has been idle; this transport frames the
+request with h2 and writes it in the caller's own event-loop turn instead.
+
+What it does:
+
+* one multiplexed connection per client, opened on the first call; concurrent calls use
+  separate streams (at most the server's ``MAX_CONCURRENT_STREAMS``; more wait);
+* a new connection when the old one died or received GOAWAY (the old one finishes its
+  streams first); ``http://`` is h2c with prior knowledge, ``https://`` TLS with ALPN ``h2``,
+  the client's CA bundle (``tls_ca_cert``) or the system store;
+* request and response bodies of any size under both directions' flow control;
+* a cancelled call (e.g. its deadline, kept by :class:`~conveyor_sdk._client.transport.UnaryCaller`)
+  resets its stream with RST_STREAM(CANCEL);
+* failures are :class:`~conveyor_sdk.errors.ConveyorError`\\ s (connection refused, TLS,
+  GOAWAY, reset, lost connection: Unavailable ...), which connectrpc wraps and
+  :func:`~conveyor_sdk._client.transport.translate` unwraps.
+
+HTTP/1.1 (``http2=False``), the blocking :class:`~conveyor_sdk.client.SyncClient` and the admin
+service (its server stream ``watch_events`` included) stay on pyqwest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+from collections.abc import AsyncIterator
+from typing import cast
+
+import pyqwest
+from hpack import NeverIndexedHeaderTuple
+
+from conveyor_sdk._client.h2conn import H2Conn, H2Stream
+from conveyor_sdk._transport import _connect
+from conveyor_sdk.errors import ConveyorError, Unavailable
+
+__all__ = ["H2Transport"]
+
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"}
+)
+_CLOSE_WAIT = 2.0
+
+
+class H2Transport:
+    """A pyqwest ``Transport`` speaking HTTP/2 to one server from the running event loop."""
+
+    def __init__(self, address: str, *, ca_pem: bytes | None = None, connect_timeout: float = 10.0) -> None:
+        self._target = _connect.parse_target(address)
+        parts = urllib.parse.urlsplit(address)
+        self._prefix = f"{parts.scheme}://{parts.netloc}"
+        self._ssl = _connect.tls_context(None, ca_data=ca_pem) if self._target.scheme == "https" else None
+        self._connect_timeout = connect_timeout
+        self._conn: H2Conn | None = None
+        self._old: set[H2Conn] = set()  # draining connections still finishing calls
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self.connections = 0  # connections opened so far (statistics, tests)
+
+    def __repr__(self) -> str:
+        return f"<H2Transport {self._target.authority} {self._conn!r}>"
+
+    async def execute(self, request: pyqwest.Request) -> pyqwest.Response:
+        """Send ``request`` on a stream of the shared connection; the response body streams."""
+        body = request.content
+        if not isinstance(body, bytes):
+            body = await _read_body(body)
+        headers = self._headers(request)
+        conn = self._conn
+        if conn is None or not conn.has_capacity():
+            conn = await self._ready()
+        stream, sent = conn.start(headers, body)
+        try:
+            if sent < len(body):
+                await conn.send_rest(stream, body, sent)
+            while stream.headers is None and not stream.done:
+                await stream.wake.wait()
+        except BaseException:
+            conn.cancel(stream)
+            raise
+        return _response(conn, stream)
+
+    async def aclose(self) -> None:
+        """Close every connection (GOAWAY first); calls still open fail. Idempotent."""
+        self._closed = True
+        conns = [c for c in (self._conn, *self._old) if c is not None]
+        self._conn, self._old = None, set()
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            try:
+                await asyncio.wait_for(asyncio.shield(conn.lost), _CLOSE_WAIT)
+            except TimeoutError:
+                if conn.transport is not None:
+                    conn.transport.abort()
+
+    # ---- internals -----------------------------------------------------------------------------
+
+    def _headers(self, request: pyqwest.Request) -> list[tuple[str, str]]:
+        url = request.url
+        if url.startswith(self._prefix) and url[len(self._prefix) : len(self._prefix) + 1] in ("/", "?", ""):
+            path = url[len(self._prefix) :] or "/"
+        else:
+            raise Unavailable(f"this client only talks to {self._prefix}, not to {url}", retryable=False)
+        target = self._target
+        headers = [
+            (":method", request.method),
+            (":scheme", target.scheme),
+            (":path", path),
+            (":authority", target.authority),
+        ]
+        for name, value in request.headers.items():
+            key = name.lower()
+            if key == "authorization":  # never HPACK-indexed: keeps the secret out of compression tables
+                headers.append(cast("tuple[str, str]", NeverIndexedHeaderTuple(key, value)))
+            elif key not in _HOP_BY_HOP:
+                headers.append((key, value))
+        return headers
+
+    async def _ready(self) -> H2Conn:
+        """A connection with room for one more stream (connecting or waiting as needed)."""
+        while True:
+            if self._closed:
+                raise Unavailable("the client is closed", retryable=False)
+            conn = self._conn
+            if conn is not None and conn.has_capacity():
+                return conn
+            if conn is not None and not conn.draining:
+                await conn.changed.wait()  # MAX_CONCURRENT_STREAMS reached: wait for a stream to end
+                continue
+            async with self._lock:
+                if self._conn is conn:  # nobody replaced it while we waited for the lock
+                    self._retire(conn)
+                    self._conn = await self._connect()
+
+    def _retire(self, conn: H2Conn | None) -> None:
+        if conn is None:
+            return
+        if conn.streams and not conn.closed:
+            self._old.add(conn)
+            conn.lost.add_done_callback(lambda _: self._old.discard(conn))
+        else:
+            conn.close()
+
+    async def _connect(self) -> H2Conn:
+        target, loop = self._target, asyncio.get_running_loop()
+        server_hostname = target.host if self._ssl is not None else None
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                transport, conn = await loop.create_connection(
+                    lambda: H2Conn(target),
+                    target.host,
+                    target.port,
+                    ssl=self._ssl,
+                    server_hostname=server_hostname,
+                )
+        except ConveyorError:
+            raise
+        except (OSError, TimeoutError) as exc:
+            raise _connect.connect_error(exc, target) from None
+        _connect.check_alpn(transport, target)
+        self.connections += 1
+        return conn
+
+
+async def _read_body(content: object) -> bytes:
+    """A request body as bytes (connectrpc sends bytes; a stream of chunks is joined)."""
+    if content is None:
+        return b""
+    if isinstance(content, bytearray | memoryview):
+        return bytes(content)
+    parts = [bytes(chunk) async for chunk in cast("AsyncIterator[bytes]", content)]
+    return b"".join(parts)
+
+
+def _response(conn: H2Conn, stream: H2Stream) -> pyqwest.Response:
+    if stream.headers is None:  # failed before any response
+        conn.cancel(stream)
+        raise stream.error or Unavailable("the server ended the stream without a response")
+    status, headers = 0, []
+    for name, value in stream.headers:
+        if name == ":status":
+            status = int(value) if value.isdigit() else 0
+        elif not name.startswith(":"):
+            headers.append((name, value))
+    trailers = pyqwest.Headers()
+    return pyqwest.Response(
+        status=status,
+        http_version=pyqwest.HTTPVersion.HTTP2,
+        headers=pyqwest.Headers(headers),
+        content=_content(conn, stream, trailers),
+        trailers=trailers,
+    )
+
+
+async def _content(conn: H2Conn, stream: H2Stream, trailers: pyqwest.Headers) -> AsyncIterator[bytes]:
+    """The response body as it arrives; trailers are filled in at the end."""
+    try:
+        while True:
+            if stream.chunks:
+                data, size = stream.chunks.popleft()
+                conn.consumed(stream, size)
+                yield data
+            elif stream.error is not None:
+                raise stream.error
+            elif stream.ended:
+                for name, value in stream.trailers:
+                    trailers.add(name, value)
+                return
+            else:
+                await stream.wake.wait()
+    finally:
+        if not stream.done:
+            conn.cancel(stream)  # the reader gave up early (closed, cancelled, deadline)

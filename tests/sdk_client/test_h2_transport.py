@@ -1,0 +1,244 @@
+"""The async Client's own HTTP/2 transport: multiplexing, limits, reconnects, GOAWAY, flow control, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conveyor_sdk.client import Client, RetryConfig
+from conveyor_sdk.errors import DeadlineExceeded, Unavailable
+from conveyor_server_min.testing import ServerProcess
+from tests.sdk_client._h2peer import Knobs, UnaryPeer
+from tests.sdk_transport._helpers import make_certs
+
+ONCE = RetryConfig(attempts=1)
+CANCEL = 0x8
+
+
+async def until(cond: Callable[[], bool], within: float = 10.0) -> None:
+    """Wait for ``cond()`` (polling), failing after ``within`` seconds."""
+    async with asyncio.timeout(within):
+        while not cond():  # noqa: ASYNC110  # the peer's state has no event to wait on
+            await asyncio.sleep(0.01)
+
+
+def test_concurrent_calls_share_one_connection(url: str) -> None:
+    """64 concurrent enqueues against the reference server use one connection and all commit."""
+
+    async def main() -> None:
+        async with Client(url) as client:
+            assert client._h2 is not None
+            infos = await asyncio.gather(*(client.enqueue("h2:many", {"i": i}) for i in range(64)))
+            assert len({info.id for info in infos}) == 64
+            assert client._h2.connections == 1
+            assert [(await client.get_task(info.id)).payload for info in infos[:3]] == [
+                b'{"i":0}',
+                b'{"i":1}',
+                b'{"i":2}',
+            ]
+
+    asyncio.run(main())
+
+
+def test_streams_overlap_and_respect_max_concurrent_streams() -> None:
+    """Calls run on parallel streams, but never more at once than the server's MAX_CONCURRENT_STREAMS."""
+
+    async def main() -> None:
+        async with UnaryPeer(Knobs(max_streams=2, delay=0.05)) as peer, Client(peer.url) as client:
+            await client.enqueue("warm")  # SETTINGS are known from here on
+            infos = await asyncio.gather(*(client.enqueue("limited") for _ in range(8)))
+            assert len({i.id for i in infos}) == 8
+            assert peer.seen.peak_open == 2
+            assert peer.seen.connections == 1
+
+    asyncio.run(main())
+
+
+def test_reconnects_after_server_restart(server_factory: Callable[..., ServerProcess]) -> None:
+    """When the server restarts on the same port, the next call opens a new connection."""
+    first = server_factory()
+    port = first.url.rsplit(":", 1)[1]
+
+    async def main() -> None:
+        async with Client(first.url) as client:
+            assert client._h2 is not None
+            await client.enqueue("before")
+            await asyncio.to_thread(first.stop)
+            with pytest.raises(Unavailable):
+                await client.enqueue("while down", rpc_timeout=5)
+            second = await asyncio.to_thread(server_factory, ["--port", port])
+            assert second.url == first.url
+            info = await client.enqueue("after")
+            assert (await client.get_task(info.id)).type == "after"
+            assert client._h2.connections == 2
+
+    asyncio.run(main())
+
+
+def test_goaway_moves_new_calls_to_a_new_connection() -> None:
+    """After a graceful GOAWAY the answered call succeeds and the next one uses a new connection."""
+
+    async def main() -> None:
+        async with UnaryPeer(Knobs(goaway_after=1)) as peer, Client(peer.url) as client:
+            assert (await client.enqueue("one")).id == "t-1"
+            assert (await client.enqueue("two")).id == "t-2"
+            assert peer.seen.connections == 2
+
+    asyncio.run(main())
+
+
+def test_goaway_fails_unprocessed_streams_retryably() -> None:
+    """Streams above GOAWAY's last-stream-id fail Unavailable; with task_id they are retried and land."""
+
+    async def main() -> None:
+        async with UnaryPeer(Knobs(goaway_after=1, delay=0.05)) as peer, Client(peer.url) as client:
+            results = await asyncio.gather(
+                *(client.enqueue("x", task_id=f"id-{i}") for i in range(3)), return_exceptions=True
+            )
+            assert not [r for r in results if isinstance(r, BaseException)]
+            assert peer.seen.connections >= 2
+        async with (
+            UnaryPeer(Knobs(goaway_after=1, delay=0.05)) as peer,
+            Client(peer.url, retry=ONCE) as client,
+        ):
+            results = await asyncio.gather(*(client.enqueue("x") for _ in range(3)), return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            assert len(errors) == 2
+            assert all(isinstance(e, Unavailable) and "GOAWAY" in str(e) for e in errors), errors
+
+    asyncio.run(main())
+
+
+def test_large_payloads_both_ways(url: str) -> None:
+    """Near-limit payloads cross both directions' flow-control windows, several at once."""
+    blobs = [bytes([i]) * (1_000_000 - i) for i in range(4)]
+
+    async def main() -> None:
+        async with Client(url) as client:
+            infos = await asyncio.gather(
+                *(client.enqueue("big", b, content_type="application/octet-stream") for b in blobs)
+            )
+            back = await asyncio.gather(*(client.get_task(i.id) for i in infos))
+            assert [t.payload for t in back] == blobs
+
+    asyncio.run(main())
+
+
+def test_deadline_resets_the_stream() -> None:
+    """A call past its deadline raises DeadlineExceeded and the server sees RST_STREAM(CANCEL)."""
+
+    async def main() -> None:
+        async with UnaryPeer(Knobs(answer=False)) as peer, Client(peer.url) as client:
+            with pytest.raises(DeadlineExceeded):
+                await client.enqueue("slow", rpc_timeout=0.2)
+            await until(lambda: peer.seen.resets == [CANCEL])
+            assert peer.seen.requests[0]["connect-timeout-ms"] == "200"
+
+    asyncio.run(main())
+
+
+def test_cancellation_resets_the_stream_and_keeps_the_connection() -> None:
+    """Cancelling a call resets only its stream; the next call reuses the connection."""
+
+    async def main() -> None:
+        async with UnaryPeer(Knobs(answer=False)) as peer, Client(peer.url) as client:
+            call = asyncio.create_task(client.enqueue("cancel me"))
+            await until(lambda: len(peer.seen.requests) == 1)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            await until(lambda: peer.seen.resets == [CANCEL])
+            peer.knobs.answer = True
+            assert (await client.enqueue("next")).id == "t-1"
+            assert peer.seen.connections == 1
+
+    asyncio.run(main())
+
+
+def test_connection_refused_is_unavailable() -> None:
+    """Nothing listening: Unavailable naming the address, not a foreign exception."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    async def main() -> None:
+        async with Client(f"http://127.0.0.1:{port}", retry=ONCE) as client:
+            with pytest.raises(Unavailable, match=f"cannot connect to 127.0.0.1:{port}"):
+                await client.get_task("x")
+
+    asyncio.run(main())
+
+
+def test_http1_server_is_unavailable() -> None:
+    """A server that answers in HTTP/1.1 is reported as such."""
+
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(reply, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, Client(f"http://127.0.0.1:{port}", retry=ONCE) as client:
+            with pytest.raises(Unavailable, match="HTTP/1"):
+                await client.get_task("x")
+
+    asyncio.run(main())
+
+
+def test_connection_lost_mid_call_is_unavailable() -> None:
+    """The server's socket dies while a call waits: Unavailable, and the next call reconnects."""
+
+    async def main() -> None:
+        async with UnaryPeer(Knobs(answer=False)) as peer, Client(peer.url, retry=ONCE) as client:
+            call = asyncio.create_task(client.enqueue("lost"))
+            await until(lambda: len(peer.seen.requests) == 1)
+            for writer in peer._writers:
+                writer.transport.abort()
+            with pytest.raises(Unavailable, match="lost"):
+                await call
+            peer.knobs.answer = True
+            assert (await client.enqueue("again")).id == "t-1"
+            assert peer.seen.connections == 2
+
+    asyncio.run(main())
+
+
+def test_closed_client_refuses_calls(url: str) -> None:
+    """A call after aclose() is a non-retryable Unavailable, not a hang."""
+
+    async def main() -> None:
+        client = Client(url)
+        await client.enqueue("open")
+        await client.aclose()
+        with pytest.raises(Unavailable, match="closed"):
+            await client.enqueue("closed")
+
+    asyncio.run(main())
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_tls_untrusted_certificate(tmp_path: Path, server_factory: Callable[..., ServerProcess]) -> None:
+    """Over https:// without our CA the async client fails verification (not retried)."""
+    certs = make_certs(tmp_path)
+    server = server_factory(
+        ["--dev", "--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)]
+    )
+
+    async def main() -> None:
+        async with Client(server.url) as client:
+            with pytest.raises(Unavailable, match="certificate verification failed") as info:
+                await client.get_task("x")
+            assert client.statistics()["retries"] == 0
+            assert info.value.retryable is False
+        async with Client(server.url, tls_ca_cert=certs.ca.read_bytes()) as client:
+            assert (await client.enqueue("tls")).type == "tls"
+
+    asyncio.run(main())
