@@ -34,9 +34,9 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from .h2guard import FRAMES_PER_TURN, GuardedFrameBuffer
-from .h2stream import HIGH_WATER, H2Stream, RefusingConnection, header_dict
-from .hpackfast import FastDecoder
+from .h2fast import new_server_h2, take_frames
+from .h2guard import FRAMES_PER_TURN
+from .h2stream import HIGH_WATER, H2Stream, header_dict
 from .limits import Deadline, FloodCounters, HttpLimits, WindowCounter, close_soon
 from .rpc import Router
 
@@ -66,33 +66,9 @@ class H2Connection:
         self.router = router
         self.peer = peer
         self.limits = limits = limits or HttpLimits()
-        # Header validation/normalisation in h2 costs ~15% of a unary call; we read only a few
-        # headers and build our own responses, so it is switched off (framing is still checked).
-        config = h2.config.H2Configuration(
-            client_side=False,
-            header_encoding=None,
-            validate_inbound_headers=False,
-            normalize_inbound_headers=False,
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
-        )
-        self.h2 = RefusingConnection(config=config)
-        self.h2.local_settings = h2.settings.Settings(
-            client=False,
-            initial_values={
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_streams,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_bytes,
-                h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 0,
-            },
-        )
-        self.h2.incoming_buffer = self._frames = GuardedFrameBuffer(
-            max_header_bytes=limits.max_header_bytes, max_empty_frames=limits.max_empty_frames
-        )
+        self.h2, self._frames = new_server_h2(limits, STREAM_WINDOW)
         self._next_turn = False  # frames are waiting in the buffer for the next loop turn
         self._linger_left = LINGER_BYTES
-        self.h2.decoder = FastDecoder()  # hpack's decoder with a fast path (a fresh table: no state yet)
-        self.h2.decoder.max_header_list_size = limits.max_header_bytes
         self._fields: dict[object, tuple[str, str]] = {}  # see header_dict
         # Shared by the client's connections (see Hub.floods_for): reconnecting does not refill them.
         floods = floods or FloodCounters.new(limits)
@@ -132,7 +108,9 @@ class H2Connection:
         frames = self._frames
         frames.budget, frames.throttled = FRAMES_PER_TURN, False
         try:
-            events = self.h2.receive_data(data)
+            events, used = take_frames(self.h2, frames, data) if type(data) is bytes else ([], 0)
+            if used < len(data) or not used:
+                events += self.h2.receive_data(data[used:] if used else data)
         except h2.exceptions.ProtocolError as exc:
             log.debug("HTTP/2 protocol error from %s: %s", self.peer, exc)
             self._write_out()  # h2 has queued the GOAWAY
