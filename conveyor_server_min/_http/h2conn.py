@@ -34,7 +34,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from .h2fast import new_server_h2, take_frames
+from .h2fast import new_server_h2, send_data, take_frames
 from .h2guard import FRAMES_PER_TURN
 from .h2stream import HIGH_WATER, H2Stream, header_dict
 from .limits import Deadline, FloodCounters, HttpLimits, WindowCounter, close_soon
@@ -322,7 +322,7 @@ class H2Connection:
                 if size <= 0:
                     break
                 last = size == len(out) and st.end_pending and st.trailers is None
-                conn.send_data(st.id, bytes(out[:size]), end_stream=last)
+                send_data(conn, st.id, out[:size] if size < len(out) else out, last)
                 del out[:size]
                 if last:
                     st.end_pending = False

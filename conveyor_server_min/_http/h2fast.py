@@ -44,11 +44,12 @@ from .h2stream import RefusingConnection
 from .hpackfast import FastDecoder
 from .limits import HttpLimits
 
-__all__ = ["new_server_h2", "take_frames"]
+__all__ = ["new_server_h2", "send_data", "take_frames"]
 
 _DATA, _HEADERS = 0x0, 0x1
 _END_STREAM, _END_HEADERS = 0x1, 0x4
 _READABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL)
+_WRITABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE)
 _MAX_STREAM_ID = 0x7FFFFFFF  # a set reserved bit is h2's business
 
 
@@ -167,3 +168,30 @@ def _headers(
     frames, events = stream.receive_headers(headers, bool(flags & _END_STREAM), conn.config.header_encoding)
     conn._prepare_for_sending(frames)
     return events
+
+
+def send_data(conn: h2.connection.H2Connection, stream_id: int, data: bytes | bytearray, end: bool) -> None:
+    """``conn.send_data(stream_id, data, end_stream=end)``, with the frame written directly when it is
+    a plain DATA frame (no END_STREAM, no padding) on a stream open for sending that fits both windows
+    and the frame size: h2 would only check, build, serialize and charge the windows (its state
+    machines do not move for such a frame). Anything else, and every error, is h2's.
+    """
+    size = len(data)
+    stream = conn.streams.get(stream_id)
+    if (
+        end
+        or not size
+        or stream is None
+        or conn.state_machine.state is not ConnectionState.SERVER_OPEN
+        or stream.state_machine.state not in _WRITABLE
+        or size > stream.outbound_flow_control_window
+        or size > conn.outbound_flow_control_window
+        or size > conn.max_outbound_frame_size
+    ):
+        conn.send_data(stream_id, bytes(data), end_stream=end)
+        return
+    out = conn._data_to_send
+    out += size.to_bytes(3, "big") + b"\0\0" + stream_id.to_bytes(4, "big")
+    out += data
+    stream.outbound_flow_control_window -= size
+    conn.outbound_flow_control_window -= size

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import h2.config
 import h2.connection
 import h2.exceptions
+import h2.settings
 import hpack
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conveyor_server_min._http.h2fast import new_server_h2, take_frames
+from conveyor_server_min._http.h2fast import new_server_h2, send_data, take_frames
 from conveyor_server_min._http.h2guard import FRAMES_PER_TURN
 from conveyor_server_min._http.limits import HttpLimits
 
@@ -259,3 +261,101 @@ def test_data_on_the_fast_path_resets_the_empty_frame_count() -> None:
         outcome = side.feed(_frame(0x0, 0, 1, b"x"), FRAMES_PER_TURN)[0]
         assert side.used > used and outcome[0][0] == "DataReceived"
     assert side.frames.empty_frames == 0
+
+
+# Server-side sends: ("send", stream index, size, end) | ("window", stream index or None, n)
+# | ("settings", initial window, max frame size) | ("rst", stream index)
+_SEND = st.one_of(
+    st.tuples(
+        st.just("send"),
+        st.integers(0, 2),
+        st.sampled_from([0, 1, 100, 16_384, 16_385, 70_000]),
+        st.booleans(),
+    ),
+    st.tuples(st.just("window"), st.sampled_from([None, 0, 1]), st.integers(1, 100_000)),
+    st.tuples(
+        st.just("settings"), st.sampled_from([0, 50, 65_535, 1 << 20]), st.sampled_from([16_384, 20_000])
+    ),
+    st.tuples(st.just("rst"), st.integers(0, 2)),
+)
+
+
+def _send_pair() -> tuple[list[Any], h2.connection.H2Connection]:
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    for sid in (1, 3, 5):
+        client.send_headers(
+            sid, [(":method", "POST"), (":scheme", "http"), (":path", "/p"), (":authority", "a")]
+        )
+    data = client.data_to_send()
+    servers = [new_server_h2(LIMITS, 1 << 20)[0] for _ in range(2)]
+    for conn in servers:
+        conn.initiate_connection()
+        conn.receive_data(data)
+    client.receive_data(servers[0].data_to_send())
+    servers[1].data_to_send()
+    for conn in servers:
+        conn.receive_data(client.data_to_send())
+        conn.data_to_send()
+    return servers, client
+
+
+@FUZZ
+@given(st.lists(_SEND, max_size=20))
+def test_fast_send_matches_h2(actions: list[tuple[Any, ...]]) -> None:
+    """DATA of any size on open, half-closed and reset streams, under changing windows and frame sizes,
+    leaves the same bytes, windows, stream states and errors as h2's send_data."""
+    servers, client = _send_pair()
+    fast_used = False
+    for action in actions:
+        if action[0] == "send":
+            sid, size, end = 1 + 2 * action[1], action[2], action[3]
+            outcomes = []
+            for i, conn in enumerate(servers):
+                before = len(conn._data_to_send)
+                try:
+                    if i == 0:
+                        send_data(conn, sid, bytearray(b"d" * size), end)
+                    else:
+                        conn.send_data(sid, b"d" * size, end_stream=end)
+                    outcomes.append(("ok", conn.data_to_send()))
+                except h2.exceptions.H2Error as exc:
+                    outcomes.append(("error", type(exc).__name__, len(conn._data_to_send) - before))
+            fast_used = fast_used or (outcomes[0][0] == "ok" and not end and size > 0)
+            assert outcomes[0] == outcomes[1]
+        else:
+            _client_action(client, action)
+            data = client.data_to_send()
+            got = []
+            for conn in servers:
+                try:
+                    got.append(([type(e).__name__ for e in conn.receive_data(data)], conn.data_to_send()))
+                except h2.exceptions.ProtocolError as exc:
+                    got.append((["error", type(exc).__name__], conn.data_to_send()))
+            assert got[0] == got[1]
+        assert [_send_state(c) for c in servers[:1]] == [_send_state(c) for c in servers[1:]]
+    event("fast send used" if fast_used else "fast send not used")
+
+
+def _client_action(client: h2.connection.H2Connection, action: tuple[Any, ...]) -> None:
+    with contextlib.suppress(h2.exceptions.H2Error):
+        if action[0] == "window":
+            sid = None if action[1] is None else 1 + 2 * action[1]
+            client.increment_flow_control_window(action[2], stream_id=sid)
+        elif action[0] == "settings":
+            client.update_settings(
+                {
+                    h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: action[1],
+                    h2.settings.SettingCodes.MAX_FRAME_SIZE: action[2],
+                }
+            )
+        else:
+            client.reset_stream(1 + 2 * action[1])
+
+
+def _send_state(conn: h2.connection.H2Connection) -> tuple[Any, ...]:
+    return (
+        conn.outbound_flow_control_window,
+        {sid: (s.state_machine.state, s.outbound_flow_control_window) for sid, s in conn.streams.items()},
+        conn.state_machine.state,
+    )
