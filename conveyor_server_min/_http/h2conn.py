@@ -37,6 +37,7 @@ import h2.settings
 from .h2fast import new_server_h2, send_data, take_frames
 from .h2guard import FRAMES_PER_TURN
 from .h2stream import HIGH_WATER, H2Stream, header_dict
+from .inline import start_inline
 from .limits import Deadline, FloodCounters, HttpLimits, WindowCounter, close_soon
 from .rpc import Router
 
@@ -145,9 +146,16 @@ class H2Connection:
             return
         loop = asyncio.get_running_loop()
         for st in starting:
-            if st.reset or st.id not in self.streams:
+            if st.reset or st.id not in self.streams or self._closed:
                 continue
-            task = loop.create_task(self._run(st), name=f"h2-stream-{st.id}")
+            if st.ended_in and self.router.runs_inline(st):
+                # A complete unary request: its first step now, a task only if it has to wait.
+                task = start_inline(self._run(st), f"h2-stream-{st.id}")
+                if task is None:
+                    self._stream_done(st)
+                    continue
+            else:
+                task = loop.create_task(self._run(st), name=f"h2-stream-{st.id}")
             st.task = task
             self.tasks.add(task)
             task.add_done_callback(lambda _t, st=st: self._stream_done(st))  # runs even if never started
@@ -236,6 +244,8 @@ class H2Connection:
             self._reset_stream(st, h2.errors.ErrorCodes.INTERNAL_ERROR)
         if st.reset or (st.finished and not st.end_pending):
             self._forget(st)
+        elif st.end_pending and st.id in self._ready and not self._write_paused and not self._closed:
+            self._flush_stream(st)  # the whole response is there: send it with its headers
         self._write_out()
 
     def _forget(self, st: H2Stream) -> None:
