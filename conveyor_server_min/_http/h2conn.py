@@ -34,9 +34,10 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from .h2guard import FRAMES_PER_TURN, GuardedFrameBuffer
-from .h2stream import HIGH_WATER, H2Stream, RefusingConnection, header_dict
-from .hpackfast import FastDecoder
+from .h2fast import new_server_h2, send_data, take_frames
+from .h2guard import FRAMES_PER_TURN
+from .h2stream import HIGH_WATER, H2Stream, header_dict
+from .inline import start_inline
 from .limits import Deadline, FloodCounters, HttpLimits, WindowCounter, close_soon
 from .rpc import Router
 
@@ -66,33 +67,9 @@ class H2Connection:
         self.router = router
         self.peer = peer
         self.limits = limits = limits or HttpLimits()
-        # Header validation/normalisation in h2 costs ~15% of a unary call; we read only a few
-        # headers and build our own responses, so it is switched off (framing is still checked).
-        config = h2.config.H2Configuration(
-            client_side=False,
-            header_encoding=None,
-            validate_inbound_headers=False,
-            normalize_inbound_headers=False,
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
-        )
-        self.h2 = RefusingConnection(config=config)
-        self.h2.local_settings = h2.settings.Settings(
-            client=False,
-            initial_values={
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_streams,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_bytes,
-                h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 0,
-            },
-        )
-        self.h2.incoming_buffer = self._frames = GuardedFrameBuffer(
-            max_header_bytes=limits.max_header_bytes, max_empty_frames=limits.max_empty_frames
-        )
+        self.h2, self._frames = new_server_h2(limits, STREAM_WINDOW)
         self._next_turn = False  # frames are waiting in the buffer for the next loop turn
         self._linger_left = LINGER_BYTES
-        self.h2.decoder = FastDecoder()  # hpack's decoder with a fast path (a fresh table: no state yet)
-        self.h2.decoder.max_header_list_size = limits.max_header_bytes
         self._fields: dict[object, tuple[str, str]] = {}  # see header_dict
         # Shared by the client's connections (see Hub.floods_for): reconnecting does not refill them.
         floods = floods or FloodCounters.new(limits)
@@ -132,7 +109,9 @@ class H2Connection:
         frames = self._frames
         frames.budget, frames.throttled = FRAMES_PER_TURN, False
         try:
-            events = self.h2.receive_data(data)
+            events, used = take_frames(self.h2, frames, data) if type(data) is bytes else ([], 0)
+            if used < len(data) or not used:
+                events += self.h2.receive_data(data[used:] if used else data)
         except h2.exceptions.ProtocolError as exc:
             log.debug("HTTP/2 protocol error from %s: %s", self.peer, exc)
             self._write_out()  # h2 has queued the GOAWAY
@@ -167,9 +146,16 @@ class H2Connection:
             return
         loop = asyncio.get_running_loop()
         for st in starting:
-            if st.reset or st.id not in self.streams:
+            if st.reset or st.id not in self.streams or self._closed:
                 continue
-            task = loop.create_task(self._run(st), name=f"h2-stream-{st.id}")
+            if st.ended_in and self.router.runs_inline(st):
+                # A complete unary request: its first step now, a task only if it has to wait.
+                task = start_inline(self._run(st), f"h2-stream-{st.id}")
+                if task is None:
+                    self._stream_done(st)
+                    continue
+            else:
+                task = loop.create_task(self._run(st), name=f"h2-stream-{st.id}")
             st.task = task
             self.tasks.add(task)
             task.add_done_callback(lambda _t, st=st: self._stream_done(st))  # runs even if never started
@@ -258,6 +244,8 @@ class H2Connection:
             self._reset_stream(st, h2.errors.ErrorCodes.INTERNAL_ERROR)
         if st.reset or (st.finished and not st.end_pending):
             self._forget(st)
+        elif st.end_pending and st.id in self._ready and not self._write_paused and not self._closed:
+            self._flush_stream(st)  # the whole response is there: send it with its headers
         self._write_out()
 
     def _forget(self, st: H2Stream) -> None:
@@ -344,7 +332,7 @@ class H2Connection:
                 if size <= 0:
                     break
                 last = size == len(out) and st.end_pending and st.trailers is None
-                conn.send_data(st.id, bytes(out[:size]), end_stream=last)
+                send_data(conn, st.id, out[:size] if size < len(out) else out, last)
                 del out[:size]
                 if last:
                     st.end_pending = False

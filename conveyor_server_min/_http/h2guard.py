@@ -24,10 +24,10 @@ import h2.exceptions
 from h2.frame_buffer import FrameBuffer
 from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame
 
-__all__ = ["FRAMES_PER_TURN", "EnhanceYourCalm", "GuardedFrameBuffer", "HeaderBlockTooLarge"]
+__all__ = ["FRAMES_PER_TURN", "HEADER_COST", "EnhanceYourCalm", "GuardedFrameBuffer", "HeaderBlockTooLarge"]
 
 FRAMES_PER_TURN = 128  # work units parsed per event-loop turn (a few ms of h2 work at most)
-_HEADER_COST = 8
+HEADER_COST = 8
 _HEADER_TYPES = frozenset({0x1, 0x5, 0x9})  # HEADERS, PUSH_PROMISE, CONTINUATION
 
 
@@ -67,7 +67,7 @@ class GuardedFrameBuffer(FrameBuffer):
         if self.budget <= 0:
             self.throttled = len(data) >= 9 + length  # a whole frame is waiting for the next turn
             raise StopIteration
-        self.budget -= _HEADER_COST if data[3] in _HEADER_TYPES else 1
+        self.budget -= HEADER_COST if data[3] in _HEADER_TYPES else 1
         return super().__next__()
 
     def _update_header_buffer(self, f: Any) -> Any:

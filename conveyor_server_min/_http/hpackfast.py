@@ -33,6 +33,8 @@ __all__ = ["FastDecoder"]
 _STATIC = HeaderTable.STATIC_TABLE_LENGTH
 _MAX_FIELDS = 64  # literal fields remembered per connection (then the memory starts again)
 _MAX_FIELD_BYTES = 512  # longer literal fields are left to hpack (and never remembered)
+_MAX_BLOCKS = 64  # whole header blocks remembered per connection (then the memory starts again) ...
+_MAX_BLOCK_BYTES = 1024  # ... each at most this long
 
 
 class _Slow(Exception):
@@ -75,19 +77,50 @@ class FastDecoder(Decoder):
     def __init__(self) -> None:
         super().__init__()
         self._fields: dict[bytes, HeaderTuple] = {}
+        # Whole blocks the fast path read, with their header-list size. Their meaning depends on
+        # the dynamic table, which only hpack's own decoder changes: it forgets them all.
+        self._blocks: dict[bytes, tuple[list[HeaderTuple], int]] = {}
+
+    @property
+    def header_table_size(self) -> int:
+        return int(self.header_table.maxsize)
+
+    @header_table_size.setter
+    def header_table_size(self, value: int) -> None:
+        self._blocks.clear()  # a smaller table evicts entries the remembered blocks may name
+        self.header_table.maxsize = value
 
     def decode(self, data: bytes, raw: bool = False) -> Any:
         if raw and type(data) is bytes:
-            try:
-                headers = self._fast(data)
-            except (_Slow, IndexError, HPACKError):
-                pass
-            else:
-                self._assert_valid_table_size()
+            headers = self.decode_cached(data)
+            if headers is not None:
                 return headers
+        self._blocks.clear()
         return super().decode(data, raw)
 
-    def _fast(self, data: bytes) -> list[HeaderTuple]:
+    def decode_cached(self, data: bytes) -> list[HeaderTuple] | None:
+        """The block's headers if they can be read without changing HPACK state, else None.
+
+        None means: hand the block to :meth:`decode` (hpack's decoder), which may change the
+        dynamic table or raise. Nothing is changed here but the memory of decoded blocks.
+        """
+        if self.header_table_size > self.max_allowed_table_size:
+            return None  # hpack raises InvalidTableSizeError unless the block resizes the table
+        known = self._blocks.get(data)
+        if known is not None:
+            headers, size = known
+            return headers if size <= self.max_header_list_size else None
+        try:
+            headers, size = self._fast(data)
+        except (_Slow, IndexError, HPACKError):
+            return None
+        if len(data) <= _MAX_BLOCK_BYTES:
+            if len(self._blocks) >= _MAX_BLOCKS:
+                self._blocks.clear()
+            self._blocks[data] = (headers, size)
+        return headers
+
+    def _fast(self, data: bytes) -> tuple[list[HeaderTuple], int]:
         table, fields, limit = self.header_table, self._fields, self.max_header_list_size
         headers: list[HeaderTuple] = []
         size = i = 0
@@ -111,7 +144,7 @@ class FastDecoder(Decoder):
             if size > limit:
                 raise _Slow  # hpack raises its OversizedHeaderListError
             headers.append(header)
-        return headers
+        return headers, size
 
     @staticmethod
     def _skip_literal(data: bytes, i: int) -> int:

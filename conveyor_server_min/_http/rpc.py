@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Callable
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from conveyor_sdk.errors import (
 from conveyor_server_min.service_api import CallContext, ServiceSet
 
 from .auth import Authenticator
+from .inline import Resumed, handoff
 from .reply import CallIO, Reply, plain_response
 from .wire import FLAG_END_STREAM, MessageDecoder, Negotiated, Wire, decompress, negotiate, parse_timeout
 
@@ -90,6 +91,11 @@ class Router:
         request goes to the web application (which has its own authentication).
         """
         return method == "POST" and self.auth.check(authorization) is not None
+
+    def runs_inline(self, io: CallIO) -> bool:
+        """Whether :meth:`handle` may take its first step outside a task (see :mod:`.inline`): a
+        POST to a unary method, whose handling needs a task only after it had to wait."""
+        return io.method == "POST" and io.path in self.services.unary
 
     def is_web(self, method: str, path: str, content_type: str | None) -> bool:
         """Whether a request goes to the web application (never when there is none)."""
@@ -271,7 +277,13 @@ async def _with_timeout(awaitable: Any, seconds: float | None) -> Message:
     except StopIteration as done:
         finished: Message = done.value
         return finished
-    return await _timed(_Resumed(awaitable, waiting_on), seconds)
+    resumed = Resumed(awaitable, waiting_on)
+    try:
+        await handoff()  # started inline by the transport (see .inline): the timer needs a task
+    except BaseException:
+        awaitable.close()
+        raise
+    return await _timed(resumed, seconds)
 
 
 async def _timed(awaitable: Any, seconds: float) -> Message:
@@ -281,37 +293,3 @@ async def _timed(awaitable: Any, seconds: float) -> Message:
     except TimeoutError:
         raise DeadlineExceeded(f"call exceeded its {seconds:g}s deadline") from None
     return result
-
-
-class _Resumed:
-    """Awaiting this continues a coroutine that already ran its first step up to ``waiting_on``.
-
-    It delegates exactly as ``await`` would: whatever the task sends or throws in (a wake-up,
-    a cancellation, the deadline's CancelledError) goes to the coroutine.
-    """
-
-    __slots__ = ("coro", "waiting_on")
-
-    def __init__(self, coro: CoroutineType[Any, Any, Any], waiting_on: Any) -> None:
-        self.coro = coro
-        self.waiting_on = waiting_on
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, pending = self.coro, self.waiting_on
-        self.waiting_on = None
-        while True:
-            try:
-                sent = yield pending
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # forwarded into the coroutine, as ``await`` does
-                try:
-                    pending = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-                continue
-            try:
-                pending = coro.send(sent)
-            except StopIteration as done:
-                return done.value

@@ -21,7 +21,10 @@ __all__ = [
     "duration_ns",
     "envelope",
     "event_message",
+    "fill_envelope",
+    "fill_options",
     "instant_after",
+    "set_timestamp",
     "task_info",
     "task_info_safe",
     "timestamp",
@@ -136,54 +139,83 @@ def task_info_safe(task: Task) -> pb.TaskInfo:
         )
 
 
-def options(task: Task) -> tpb.TaskOptions:
-    opts = tpb.TaskOptions(
-        max_retry=task.max_retry,
-        unique_key=task.unique_key,
-        priority=task.priority,
-        group=task.group,
-        concurrency_key=task.concurrency_key,
-        depends_on=[
-            tpb.TaskDependency(task_id=d.task_id, on_failure=int(d.on_failure)) for d in task.depends_on
-        ],
-    )
-    for name in ("deadline", "process_at", "expires_at"):
-        value = getattr(task, name)
-        if value is not None:
-            getattr(opts, name).CopyFrom(timestamp(value))
-    for name in ("timeout", "unique_ttl", "retention"):
-        value = getattr(task, name)
-        if value is not None:
-            getattr(opts, name).CopyFrom(duration(value))
+def set_timestamp(msg: timestamp_pb2.Timestamp, instant: int) -> None:
+    """Write an engine instant into an existing Timestamp field in place (as :func:`timestamp`)."""
+    msg.seconds, msg.nanos = to_parts(clamp(instant))
+
+
+def _set_duration(msg: duration_pb2.Duration, nanos: int) -> None:
+    seconds = abs(nanos) // NANOS
+    rest = abs(nanos) - seconds * NANOS
+    msg.seconds, msg.nanos = (-seconds, -rest) if nanos < 0 else (seconds, rest)
+
+
+def fill_options(opts: tpb.TaskOptions, task: Task) -> None:
+    """Write the task's options into ``opts`` in place (only fields that differ from the default)."""
+    opts.SetInParent()
+    opts.max_retry = task.max_retry  # proto3 scalars: a default value is simply not sent
+    opts.unique_key = task.unique_key
+    opts.priority = task.priority
+    opts.group = task.group
+    opts.concurrency_key = task.concurrency_key
+    for dep in task.depends_on:
+        opts.depends_on.add(task_id=dep.task_id, on_failure=int(dep.on_failure))
+    _fill_option_times(opts, task)
+
+
+def _fill_option_times(opts: tpb.TaskOptions, task: Task) -> None:
+    if task.deadline is not None:
+        set_timestamp(opts.deadline, task.deadline)
+    if task.process_at is not None:
+        set_timestamp(opts.process_at, task.process_at)
+    if task.expires_at is not None:
+        set_timestamp(opts.expires_at, task.expires_at)
+    if task.timeout is not None:
+        _set_duration(opts.timeout, task.timeout)
+    if task.unique_ttl is not None:
+        _set_duration(opts.unique_ttl, task.unique_ttl)
+    if task.retention is not None:
+        _set_duration(opts.retention, task.retention)
     policy = task.retry_policy
     if policy is not None:
         opts.retry_policy.strategy = policy.strategy
         if policy.base:
-            opts.retry_policy.base.CopyFrom(duration(policy.base))
+            _set_duration(opts.retry_policy.base, policy.base)
         if policy.max:
-            opts.retry_policy.max.CopyFrom(duration(policy.max))
+            _set_duration(opts.retry_policy.max, policy.max)
+
+
+def options(task: Task) -> tpb.TaskOptions:
+    opts = tpb.TaskOptions()
+    fill_options(opts, task)
     return opts
 
 
-def envelope(task: Task) -> tpb.TaskEnvelope:
-    env = tpb.TaskEnvelope(
-        id=task.id,
-        queue=task.queue,
-        type=task.type,
-        payload=task.payload,
-        content_type=task.content_type,
-        metadata=task.metadata,
-        options=options(task),
-        retried=task.retried,
-        last_error=task.last_error,
-        enqueued_at=timestamp(task.enqueued_at),
-        progress=task.progress,
-        progress_message=task.progress_message,
-    )
+def fill_envelope(env: tpb.TaskEnvelope, task: Task) -> None:
+    """Write the task into ``env`` in place: a Dispatch builds its envelope where it is sent from,
+    without temporary messages or a CopyFrom of the payload."""
+    env.id = task.id
+    env.queue = task.queue
+    env.type = task.type
+    env.payload = task.payload
+    env.content_type = task.content_type
+    if task.metadata:
+        env.metadata.update(task.metadata)
+    fill_options(env.options, task)
+    env.retried = task.retried
+    env.last_error = task.last_error
+    set_timestamp(env.enqueued_at, task.enqueued_at)
+    env.progress = task.progress
+    env.progress_message = task.progress_message
     if task.started_at is not None:
-        env.started_at.CopyFrom(timestamp(task.started_at))
+        set_timestamp(env.started_at, task.started_at)
     if task.completed_at is not None:
-        env.completed_at.CopyFrom(timestamp(task.completed_at))
+        set_timestamp(env.completed_at, task.completed_at)
+
+
+def envelope(task: Task) -> tpb.TaskEnvelope:
+    env = tpb.TaskEnvelope()
+    fill_envelope(env, task)
     return env
 
 

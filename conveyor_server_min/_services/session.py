@@ -20,7 +20,7 @@ from conveyor_server_min._engine.engine import Engine
 from conveyor_server_min._engine.model import Outcome
 from conveyor_server_min._engine.sessions import Action, BatchAction, CancelAction, SessionState
 from conveyor_server_min._services.bounds import truncate
-from conveyor_server_min._services.convert import envelope, timestamp
+from conveyor_server_min._services.convert import fill_envelope, set_timestamp
 from conveyor_server_min._services.hello import check_hello, welcome
 from conveyor_server_min.service_api import CallContext
 
@@ -39,12 +39,15 @@ def server_message(action: Action) -> pb.ServerMessage:
     if isinstance(action, CancelAction):
         msg.cancel.task_id = action.task_id
     elif isinstance(action, BatchAction):
-        msg.batch_dispatch.tasks.extend(envelope(t) for t in action.tasks)
-        msg.batch_dispatch.deadline.CopyFrom(timestamp(action.deadline))
-        msg.batch_dispatch.group = action.group
+        batch = msg.batch_dispatch
+        for task in action.tasks:
+            fill_envelope(batch.tasks.add(), task)
+        set_timestamp(batch.deadline, action.deadline)
+        batch.group = action.group
     else:
-        msg.dispatch.task.CopyFrom(envelope(action.task))
-        msg.dispatch.deadline.CopyFrom(timestamp(action.deadline))
+        dispatch = msg.dispatch
+        fill_envelope(dispatch.task, action.task)
+        set_timestamp(dispatch.deadline, action.deadline)
     return msg
 
 

@@ -44,6 +44,7 @@ class FakeServices:
         self.results: list[str] = []
         self.ended: list[str] = []
         self.headers_seen: list[dict[str, str]] = []
+        self.inline: list[bool] = []
         self.started = False
         self.stopped = False
         self._stop: asyncio.Event | None = None
@@ -51,6 +52,7 @@ class FakeServices:
     async def enqueue(self, req: Message, ctx: CallContext) -> Message:
         assert isinstance(req, pb.EnqueueRequest)
         self.headers_seen.append(dict(ctx.headers))
+        self.inline.append(asyncio.current_task() is None)  # started inline by the transport
         if req.type == "not-found":
             raise NotFound("no such thing")
         if req.type == "boom":

@@ -1,0 +1,197 @@
+"""Read the frames of an ordinary request without h2's generic frame parser.
+
+The latency path of a task starts with a unary Enqueue: one read holding a HEADERS
+frame and a DATA frame with END_STREAM. h2 turns each frame into a hyperframe
+object, formats its ``repr`` for a trace log nobody reads, runs the connection's
+state machine, counts open streams and decodes HPACK field by field: ~35 us warm,
+and several times that on an idle server's cold CPU, more than everything else on
+the way from the producer's socket to the worker's.
+
+:func:`take_frames` handles the frames at the start of a read that need nothing
+unusual and leaves every other frame, and everything after it, to h2:
+
+* a HEADERS frame with END_HEADERS (END_STREAM allowed; no padding, no priority)
+  opening a new client stream while fewer than SETTINGS_MAX_CONCURRENT_STREAMS
+  are open, whose header block :meth:`FastDecoder.decode_cached` reads without
+  changing HPACK state;
+* a DATA frame (END_STREAM allowed, no padding) on a stream that is open for
+  reading.
+
+Each one goes through h2's own stream objects (``_begin_new_stream``,
+``receive_headers``, ``receive_data``) and charges the connection window, so the
+stream states, windows, content-length checks and events are h2's; what is
+skipped is the parsing, the connection state machine (a no-op for these frames in
+SERVER_OPEN) and the logging. The frame guard's budget and empty-frame count are
+kept as :class:`GuardedFrameBuffer` keeps them. A protocol error raised by a
+stream ends the connection exactly as in ``h2.connection.H2Connection.receive_data``.
+It reads h2 (4.x) internals; should they change, it takes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+from h2.connection import AllowedStreamIDs, ConnectionState
+from h2.stream import StreamState
+
+from .h2guard import HEADER_COST, GuardedFrameBuffer
+from .h2stream import RefusingConnection
+from .hpackfast import FastDecoder
+from .limits import HttpLimits
+
+__all__ = ["new_server_h2", "send_data", "take_frames"]
+
+_DATA, _HEADERS = 0x0, 0x1
+_END_STREAM, _END_HEADERS = 0x1, 0x4
+_READABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL)
+_WRITABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE)
+_MAX_STREAM_ID = 0x7FFFFFFF  # a set reserved bit is h2's business
+
+
+def new_server_h2(limits: HttpLimits, stream_window: int) -> tuple[RefusingConnection, GuardedFrameBuffer]:
+    """The h2 state of one server connection: settings from ``limits``, guarded frames, fast HPACK."""
+    # Header validation/normalisation in h2 costs ~15% of a unary call; we read only a few
+    # headers and build our own responses, so it is switched off (framing is still checked).
+    config = h2.config.H2Configuration(
+        client_side=False,
+        header_encoding=None,
+        validate_inbound_headers=False,
+        normalize_inbound_headers=False,
+        validate_outbound_headers=False,
+        normalize_outbound_headers=False,
+    )
+    conn = RefusingConnection(config=config)
+    conn.local_settings = h2.settings.Settings(
+        client=False,
+        initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_streams,
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: stream_window,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_bytes,
+            h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 0,
+        },
+    )
+    conn.incoming_buffer = frames = GuardedFrameBuffer(
+        max_header_bytes=limits.max_header_bytes, max_empty_frames=limits.max_empty_frames
+    )
+    conn.decoder = FastDecoder()  # hpack's decoder with a fast path (a fresh table: no state yet)
+    conn.decoder.max_header_list_size = limits.max_header_bytes
+    return conn, frames
+
+
+def take_frames(
+    conn: h2.connection.H2Connection, buffer: GuardedFrameBuffer, data: bytes
+) -> tuple[list[h2.events.Event], int]:
+    """Events of the ordinary frames at the start of ``data`` and how many bytes they used.
+
+    The caller hands ``data[used:]`` to ``conn.receive_data``. Raises h2's ``ProtocolError``
+    (after queueing the GOAWAY) where h2 would.
+    """
+    if (
+        buffer._data  # part of an earlier frame is waiting
+        or buffer._headers_buffer  # a header block waits for CONTINUATION
+        or buffer._preamble_len
+        or conn.state_machine.state is not ConnectionState.SERVER_OPEN
+        or not isinstance(conn.decoder, FastDecoder)
+    ):
+        return [], 0
+    events: list[h2.events.Event] = []
+    offset, size = 0, len(data)
+    limit = conn.max_inbound_frame_size
+    try:
+        while size - offset >= 9 and buffer.budget > 0:
+            length = int.from_bytes(data[offset : offset + 3], "big")
+            end = offset + 9 + length
+            if end > size or length > limit:
+                break
+            kind, flags = data[offset + 3], data[offset + 4]
+            stream_id = int.from_bytes(data[offset + 5 : offset + 9], "big")
+            payload = data[offset + 9 : end]
+            if kind == _DATA:
+                got = _data(conn, buffer, (stream_id, flags), payload)
+            elif kind == _HEADERS:
+                got = _headers(conn, buffer, (stream_id, flags), payload)
+            else:
+                break
+            if got is None:
+                break
+            events += got
+            offset = end
+    except h2.exceptions.ProtocolError as exc:
+        conn._terminate_connection(exc.error_code)  # as h2's receive_data does
+        raise
+    return events, offset
+
+
+def _data(
+    conn: h2.connection.H2Connection, buffer: GuardedFrameBuffer, frame: tuple[int, int], payload: bytes
+) -> list[Any] | None:
+    stream_id, flags = frame
+    if flags & ~_END_STREAM or not (payload or flags):
+        return None  # padding, unknown flags, or an empty frame the guard must count
+    stream = conn.streams.get(stream_id)
+    if stream is None or stream.state_machine.state not in _READABLE:
+        return None
+    buffer.budget -= 1
+    buffer.empty_frames = 0
+    length = len(payload)
+    conn._inbound_flow_control_window_manager.window_consumed(length)
+    frames, events = stream.receive_data(payload, bool(flags), length)
+    conn._prepare_for_sending(frames)  # none for these frames; kept for exactness
+    return events
+
+
+def _headers(
+    conn: h2.connection.H2Connection, buffer: GuardedFrameBuffer, frame: tuple[int, int], block: bytes
+) -> list[Any] | None:
+    stream_id, flags = frame
+    if (
+        flags & ~(_END_STREAM | _END_HEADERS)
+        or not flags & _END_HEADERS
+        or not stream_id & 1
+        or stream_id <= conn.highest_inbound_stream_id
+        or stream_id > _MAX_STREAM_ID
+        or len(block) > buffer.max_header_bytes
+    ):
+        return None
+    headers = conn.decoder.decode_cached(block)  # type: ignore[attr-defined]  # a FastDecoder
+    if headers is None:
+        return None
+    if conn.open_inbound_streams >= conn.local_settings.max_concurrent_streams:
+        return None  # the refusing path (RST_STREAM REFUSED_STREAM) is h2's
+    buffer.budget -= HEADER_COST
+    stream = conn._begin_new_stream(stream_id, AllowedStreamIDs.ODD)
+    frames, events = stream.receive_headers(headers, bool(flags & _END_STREAM), conn.config.header_encoding)
+    conn._prepare_for_sending(frames)
+    return events
+
+
+def send_data(conn: h2.connection.H2Connection, stream_id: int, data: bytes | bytearray, end: bool) -> None:
+    """``conn.send_data(stream_id, data, end_stream=end)``, with the frame written directly when it is
+    a plain DATA frame (no END_STREAM, no padding) on a stream open for sending that fits both windows
+    and the frame size: h2 would only check, build, serialize and charge the windows (its state
+    machines do not move for such a frame). Anything else, and every error, is h2's.
+    """
+    size = len(data)
+    stream = conn.streams.get(stream_id)
+    if (
+        end
+        or not size
+        or stream is None
+        or conn.state_machine.state is not ConnectionState.SERVER_OPEN
+        or stream.state_machine.state not in _WRITABLE
+        or size > stream.outbound_flow_control_window
+        or size > conn.outbound_flow_control_window
+        or size > conn.max_outbound_frame_size
+    ):
+        conn.send_data(stream_id, bytes(data), end_stream=end)
+        return
+    out = conn._data_to_send
+    out += size.to_bytes(3, "big") + b"\0\0" + stream_id.to_bytes(4, "big")
+    out += data
+    stream.outbound_flow_control_window -= size
+    conn.outbound_flow_control_window -= size

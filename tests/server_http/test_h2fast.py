@@ -1,0 +1,361 @@
+"""The request fast path (h2fast.take_frames) behaves exactly like h2's own frame parser."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.exceptions
+import h2.settings
+import hpack
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from conveyor_server_min._http.h2fast import new_server_h2, send_data, take_frames
+from conveyor_server_min._http.h2guard import FRAMES_PER_TURN
+from conveyor_server_min._http.limits import HttpLimits
+
+FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+LIMITS = HttpLimits(max_streams=3, max_header_bytes=600, max_empty_frames=4)
+PATH = b"/conveyor.v1.TaskService/Enqueue"
+
+
+def _frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream_id.to_bytes(4, "big") + payload
+
+
+class Side:
+    """One server connection fed either through the fast path or through h2 alone."""
+
+    def __init__(self, fast: bool) -> None:
+        self.fast = fast
+        self.conn, self.frames = new_server_h2(LIMITS, 1 << 20)
+        self.conn.initiate_connection()
+        self.conn.data_to_send()
+        self.used = 0
+
+    def feed(self, data: bytes, budget: int) -> tuple[Any, ...]:
+        """What one read produces: events (or the error), bytes to send, guard state."""
+        self.frames.budget, self.frames.throttled = budget, False
+        try:
+            events, used = take_frames(self.conn, self.frames, data) if self.fast else ([], 0)
+            self.used += used
+            if used < len(data) or not used:
+                events += self.conn.receive_data(data[used:])
+            outcome: Any = [_event(e) for e in events]
+        except h2.exceptions.ProtocolError as exc:
+            outcome = ("error", type(exc).__name__, exc.error_code)
+        return outcome, self.conn.data_to_send(), self.frames.throttled, self.frames.empty_frames
+
+    def state(self) -> tuple[Any, ...]:
+        conn = self.conn
+        streams = {
+            sid: (s.state_machine.state, s.inbound_flow_control_window, s._expected_content_length)
+            for sid, s in conn.streams.items()
+        }
+        return (
+            conn.state_machine.state,
+            conn.highest_inbound_stream_id,
+            conn.inbound_flow_control_window,
+            streams,
+            dict(conn._closed_streams),
+            list(conn.decoder.header_table.dynamic_entries),
+            bytes(self.frames._data),
+        )
+
+
+def _event(e: Any) -> tuple[str, list[tuple[str, str]]]:
+    return type(e).__name__, sorted((k, repr(v)) for k, v in vars(e).items())
+
+
+_encoder_headers = st.lists(
+    st.sampled_from(
+        [
+            (b"content-type", b"application/proto"),
+            (b"connect-timeout-ms", b"30000"),
+            (b"x-custom", b"v" * 30),
+            (b"authorization", b"Bearer t"),
+            (b"content-length", b"5"),
+            (b"content-length", b"x"),
+            (b":status", b"100"),
+        ]
+    ),
+    max_size=4,
+)
+
+# Client actions: ("req", extra headers, body size, end on headers, pad, huffman) | ("raw", frame)
+# | ("rst",) | ("ping",) | ("window",) | ("settings",) | ("respond",) | ("ack", n)
+_REQUEST = st.tuples(
+    st.just("req"),
+    _encoder_headers,
+    st.sampled_from([0, 5, 40, 700]),
+    st.booleans(),
+    st.sampled_from([None, None, None, None, None, 0, 3]),
+    st.booleans(),
+)
+_ACTION = st.one_of(
+    _REQUEST,
+    _REQUEST,
+    _REQUEST,
+    st.tuples(st.just("same"), st.integers(1, 3)),
+    st.tuples(st.just("same"), st.integers(1, 3)),
+    st.tuples(
+        st.just("raw"),
+        st.sampled_from([0x0, 0x1, 0x3, 0x8, 0x9, 0x0C]),
+        st.sampled_from([0x0, 0x1, 0x4, 0x5, 0x8, 0x20, 0x24, 0x2]),
+        st.sampled_from([0, 1, 2, 3, 5, 7, 9, 0x80000001]),
+        st.binary(max_size=12),
+    ),
+    st.tuples(st.just("rst")),
+    st.tuples(st.just("ping")),
+    st.tuples(st.just("window")),
+    st.tuples(st.just("settings")),
+    st.tuples(st.just("respond")),
+    st.tuples(st.just("ack"), st.integers(1, 800)),
+)
+
+
+class Client:
+    """A client writing requests with a real HPACK encoder, plus raw frames of any kind."""
+
+    def __init__(self) -> None:
+        self.encoder = hpack.Encoder()
+        self.next_id = 1
+        self.out = bytearray(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(0x4, 0, 0, b""))
+
+    def request(
+        self, extra: list[tuple[bytes, bytes]], body: int, end: bool, pad: int | None, huff: bool
+    ) -> None:
+        sid, self.next_id = self.next_id, self.next_id + 2
+        headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", PATH), *extra]
+        block = self.encoder.encode(headers, huffman=huff)
+        end_now = end or not body
+        flags = 0x4 | (0x1 if end_now else 0)
+        if pad is None:
+            self.out += _frame(0x1, flags, sid, block)
+        else:
+            self.out += _frame(0x1, flags | 0x8, sid, bytes([pad]) + block + b"\0" * pad)
+        if not end_now:
+            self.out += _frame(0x0, 0x1, sid, b"b" * body)
+
+
+def _run(actions: list[tuple[Any, ...]], cuts: list[int], budget: int) -> Side:
+    sides = [Side(True), Side(False)]
+    client = Client()
+    preface, client.out = bytes(client.out), bytearray()
+    assert sides[0].feed(preface, budget) == sides[1].feed(preface, budget)
+    last_request: tuple[Any, ...] = ()
+    for action in actions:
+        if action[0] in ("respond", "ack"):
+            _server_action(sides, action)
+            continue
+        if action[0] == "req":
+            last_request = action[1:]
+        _write(client, action, last_request)
+        data, client.out = bytes(client.out), bytearray()
+        points = sorted({c % (len(data) + 1) for c in cuts})
+        last = 0
+        for p in [*points, len(data)]:
+            if p > last:
+                got = [side.feed(data[last:p], budget) for side in sides]
+                assert got[0] == got[1]
+                assert sides[0].state() == sides[1].state()
+                last = p
+                if isinstance(got[0][0], tuple):
+                    return sides[0]  # a connection error: both sent the same GOAWAY
+    return sides[0]
+
+
+def _write(client: Client, action: tuple[Any, ...], last_request: tuple[Any, ...]) -> None:
+    kind = action[0]
+    if kind == "req":
+        client.request(*action[1:])
+    elif kind == "same":
+        for _ in range(action[1] if last_request else 0):
+            client.request(*last_request)
+    elif kind == "raw":
+        client.out += _frame(*action[1:])
+    elif kind == "rst":
+        client.out += _frame(0x3, 0, max(1, client.next_id - 2), b"\0\0\0\x08")
+    elif kind == "ping":
+        client.out += _frame(0x6, 0, 0, b"12345678")
+    elif kind == "window":
+        client.out += _frame(0x8, 0, 0, b"\0\0\x10\0")
+    else:
+        client.out += _frame(0x4, 0, 0, b"\0\x01\0\0\0\x40")  # SETTINGS: HEADER_TABLE_SIZE 64
+
+
+def _server_action(sides: list[Side], action: tuple[Any, ...]) -> None:
+    """Answer the lowest open stream, or acknowledge received bytes on it, the same way on both sides."""
+    outcomes = []
+    for side in sides:
+        conn = side.conn
+        open_ids = sorted(sid for sid, s in conn.streams.items() if not s.closed)
+        try:
+            if not open_ids:
+                outcomes.append(None)
+                continue
+            if action[0] == "respond":
+                conn.send_headers(open_ids[0], [(":status", "200")], end_stream=True)
+            else:
+                conn.acknowledge_received_data(action[1], open_ids[0])
+            outcomes.append((open_ids[0], conn.data_to_send()))
+        except h2.exceptions.H2Error as exc:
+            outcomes.append(("error", type(exc).__name__))
+    assert outcomes[0] == outcomes[1]
+
+
+@FUZZ
+@given(
+    st.lists(_ACTION, min_size=2, max_size=20),
+    st.one_of(st.just([]), st.lists(st.integers(min_value=0), max_size=8)),
+    st.sampled_from([FRAMES_PER_TURN, 9, 2]),
+)
+def test_fast_path_matches_h2(actions: list[tuple[Any, ...]], cuts: list[int], budget: int) -> None:
+    """Requests (indexed or literal headers, padded, with or without body, bad content-length), raw
+    frames of any type and flags, resets, pings, settings and answers, cut anywhere and read under any
+    frame budget, give the same events, errors, output bytes, stream states, windows and HPACK table."""
+    fast = _run(actions, cuts, budget)
+    event("fast path used" if fast.used else "fast path not used")
+
+
+def test_unary_request_read_takes_no_h2_parsing() -> None:
+    """A second Enqueue-shaped read (HEADERS + DATA with END_STREAM) goes wholly through the fast path."""
+    side = Side(True)
+    client = Client()
+    for i in range(2):
+        client.request([(b"content-type", b"application/proto")], 5, False, None, True)
+        data, client.out = bytes(client.out), bytearray()
+        events, _, _, _ = side.feed(data, FRAMES_PER_TURN)
+        assert [name for name, _ in events][-3:] == ["RequestReceived", "DataReceived", "StreamEnded"]
+        if i == 0:
+            assert side.used < len(data)  # the preface, SETTINGS and an indexing header block go to h2
+    assert side.used > 0 and side.conn.streams[3].state_machine.state.name == "HALF_CLOSED_REMOTE"
+
+
+def test_padded_data_and_foreign_frames_are_left_to_h2() -> None:
+    """Padding, PING and a DATA frame on an unknown stream stop the fast path; h2 reads them."""
+    side = Side(True)
+    client = Client()
+    client.request([], 5, True, None, False)  # END_STREAM on HEADERS: no body
+    side.feed(bytes(client.out), FRAMES_PER_TURN)
+    used = side.used
+    for frame in (_frame(0x0, 0x8, 1, b"\x00ab"), _frame(0x6, 0, 0, b"12345678"), _frame(0x0, 0, 9, b"x")):
+        side.feed(frame, FRAMES_PER_TURN)
+        assert side.used == used
+
+
+def test_data_on_the_fast_path_resets_the_empty_frame_count() -> None:
+    """Empty DATA frames count towards ENHANCE_YOUR_CALM only while no payload arrives in between."""
+    side = Side(True)
+    client = Client()
+    client.request([], 5, False, None, False)
+    client.out = client.out[: -len(_frame(0x0, 0x1, 1, b"b" * 5))]  # stream 1 stays open
+    side.feed(bytes(client.out), FRAMES_PER_TURN)
+    empty = _frame(0x0, 0, 1, b"") * LIMITS.max_empty_frames
+    for _ in range(3):
+        side.feed(empty, FRAMES_PER_TURN)
+        used = side.used
+        outcome = side.feed(_frame(0x0, 0, 1, b"x"), FRAMES_PER_TURN)[0]
+        assert side.used > used and outcome[0][0] == "DataReceived"
+    assert side.frames.empty_frames == 0
+
+
+# Server-side sends: ("send", stream index, size, end) | ("window", stream index or None, n)
+# | ("settings", initial window, max frame size) | ("rst", stream index)
+_SEND = st.one_of(
+    st.tuples(
+        st.just("send"),
+        st.integers(0, 2),
+        st.sampled_from([0, 1, 100, 16_384, 16_385, 70_000]),
+        st.booleans(),
+    ),
+    st.tuples(st.just("window"), st.sampled_from([None, 0, 1]), st.integers(1, 100_000)),
+    st.tuples(
+        st.just("settings"), st.sampled_from([0, 50, 65_535, 1 << 20]), st.sampled_from([16_384, 20_000])
+    ),
+    st.tuples(st.just("rst"), st.integers(0, 2)),
+)
+
+
+def _send_pair() -> tuple[list[Any], h2.connection.H2Connection]:
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    for sid in (1, 3, 5):
+        client.send_headers(
+            sid, [(":method", "POST"), (":scheme", "http"), (":path", "/p"), (":authority", "a")]
+        )
+    data = client.data_to_send()
+    servers = [new_server_h2(LIMITS, 1 << 20)[0] for _ in range(2)]
+    for conn in servers:
+        conn.initiate_connection()
+        conn.receive_data(data)
+    client.receive_data(servers[0].data_to_send())
+    servers[1].data_to_send()
+    for conn in servers:
+        conn.receive_data(client.data_to_send())
+        conn.data_to_send()
+    return servers, client
+
+
+@FUZZ
+@given(st.lists(_SEND, max_size=20))
+def test_fast_send_matches_h2(actions: list[tuple[Any, ...]]) -> None:
+    """DATA of any size on open, half-closed and reset streams, under changing windows and frame sizes,
+    leaves the same bytes, windows, stream states and errors as h2's send_data."""
+    servers, client = _send_pair()
+    fast_used = False
+    for action in actions:
+        if action[0] == "send":
+            sid, size, end = 1 + 2 * action[1], action[2], action[3]
+            outcomes = []
+            for i, conn in enumerate(servers):
+                before = len(conn._data_to_send)
+                try:
+                    if i == 0:
+                        send_data(conn, sid, bytearray(b"d" * size), end)
+                    else:
+                        conn.send_data(sid, b"d" * size, end_stream=end)
+                    outcomes.append(("ok", conn.data_to_send()))
+                except h2.exceptions.H2Error as exc:
+                    outcomes.append(("error", type(exc).__name__, len(conn._data_to_send) - before))
+            fast_used = fast_used or (outcomes[0][0] == "ok" and not end and size > 0)
+            assert outcomes[0] == outcomes[1]
+        else:
+            _client_action(client, action)
+            data = client.data_to_send()
+            got = []
+            for conn in servers:
+                try:
+                    got.append(([type(e).__name__ for e in conn.receive_data(data)], conn.data_to_send()))
+                except h2.exceptions.ProtocolError as exc:
+                    got.append((["error", type(exc).__name__], conn.data_to_send()))
+            assert got[0] == got[1]
+        assert [_send_state(c) for c in servers[:1]] == [_send_state(c) for c in servers[1:]]
+    event("fast send used" if fast_used else "fast send not used")
+
+
+def _client_action(client: h2.connection.H2Connection, action: tuple[Any, ...]) -> None:
+    with contextlib.suppress(h2.exceptions.H2Error):
+        if action[0] == "window":
+            sid = None if action[1] is None else 1 + 2 * action[1]
+            client.increment_flow_control_window(action[2], stream_id=sid)
+        elif action[0] == "settings":
+            client.update_settings(
+                {
+                    h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: action[1],
+                    h2.settings.SettingCodes.MAX_FRAME_SIZE: action[2],
+                }
+            )
+        else:
+            client.reset_stream(1 + 2 * action[1])
+
+
+def _send_state(conn: h2.connection.H2Connection) -> tuple[Any, ...]:
+    return (
+        conn.outbound_flow_control_window,
+        {sid: (s.state_machine.state, s.outbound_flow_control_window) for sid, s in conn.streams.items()},
+        conn.state_machine.state,
+    )
