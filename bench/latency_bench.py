@@ -1,10 +1,18 @@
 """Enqueue-to-handler-start latency: our Worker, our runtime, a grpc.aio baseline, conveyorq.
 
 One fresh reference server (dev mode) serves every worker in the run. Each worker runs in
-its own process on its own queue and is measured alone: the producer (this process, our
-async Client) sends one unary Enqueue every ``--gap`` ms on an idle queue and records
-``time.monotonic_ns()`` just before each call; the handler's first line records the same
-clock (see ``bench/_latency_workers.py``). Latency = handler start - send.
+its own process on its own queue. The producer (this process, our async Client) sends one
+unary Enqueue every ``--gap`` ms and records ``time.monotonic_ns()`` just before each call;
+the handler's first line records the same clock (see ``bench/_latency_workers.py``).
+Latency = handler start - send.
+
+By default every worker of a round is connected at once and the producer takes their queues
+in turn, task by task (in a new random order every lap), so each row is measured over the same
+seconds of the same machine: a shared 2-vCPU VM changes speed from minute to minute (the
+floor moved 0.69 -> 0.93 ms between back-to-back runs), which made rows measured one after
+the other disagree by more than the differences under study. Only one task is ever in
+flight, so every queue is still idle when its task arrives. ``--sequential`` measures the
+workers one after the other instead (one process at a time), as earlier versions did.
 
 The upstream ``conveyorq`` SDK is measured when ``--conveyorq-python`` names an interpreter
 that has it installed (or this one does); otherwise that row is skipped with a note.
@@ -21,6 +29,7 @@ comparison then shows the workers' own costs with less scheduler noise (Linux on
 
 Run:  .venv/bin/python bench/latency_bench.py [--tasks 200] [--gap-ms 20] [--rounds 3]
           [--conveyorq-python /path/to/venv/bin/python] [--kinds floor,ours,...] [--pin]
+          [--sequential]
 """
 
 from __future__ import annotations
@@ -28,12 +37,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -71,24 +83,71 @@ async def wait_for(path: str, seq: int, within: float) -> None:
         await asyncio.sleep(0.01)
 
 
-async def produce(url: str, queue: str, path: str, n: int, gap: float) -> list[float]:
+@dataclass
+class Lane:
+    """One worker process of a round: its kind, queue, stamp file and the latencies measured."""
+
+    kind: str
+    queue: str
+    path: str
+    proc: subprocess.Popen[bytes]
+    log: IO[bytes]
+    sent: dict[int, int] = field(default_factory=dict)
+
+
+def start_lane(
+    kind: str, url: str, tmp: str, conveyorq_python: str | None, worker_cpus: set[int] | None
+) -> Lane:
+    queue = f"lat-{kind}-{time.monotonic_ns()}"
+    path = os.path.join(tmp, f"{kind}.txt")
+    env = {**os.environ, "LAT_OUT": path, "PYTHONPATH": str(ROOT)}
+    log = open(os.path.join(tmp, f"{kind}.log"), "wb")  # noqa: SIM115 — closed by stop_lane
+    proc = subprocess.Popen(
+        command(kind, url, queue, conveyorq_python), env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+    )
+    if worker_cpus is not None:  # before its first task; the runtime's children inherit it
+        os.sched_setaffinity(proc.pid, worker_cpus)
+    return Lane(kind, queue, path, proc, log)
+
+
+def stop_lane(lane: Lane) -> None:
+    lane.log.close()
+    lane.proc.terminate()
+    try:
+        lane.proc.wait(30)
+    except subprocess.TimeoutExpired:
+        lane.proc.kill()
+        lane.proc.wait()
+
+
+async def produce(url: str, lanes: list[Lane], n: int, gap: float) -> dict[str, list[float]]:
+    """Send ``n`` tasks to every lane, one task every ``gap`` s, lanes taken in turn; latencies (ms)."""
     async with Client(url) as client:
-        # warm-up: the worker is connected once the first task runs
-        await client.enqueue("lat", b"-1", queue=queue, content_type="application/octet-stream")
-        end = time.monotonic() + 60
-        while not read_lines_or_empty(path):
-            if time.monotonic() > end:
-                raise TimeoutError("worker never ran the warm-up task")
-            await asyncio.sleep(0.02)
-        sent: dict[int, int] = {}
+        for lane in lanes:  # warm-up: each worker is connected once its first task ran
+            await client.enqueue("lat", b"-1", queue=lane.queue, content_type="application/octet-stream")
+            end = time.monotonic() + 60
+            while not read_lines_or_empty(lane.path):
+                if time.monotonic() > end:
+                    raise TimeoutError(f"{lane.kind} never ran the warm-up task")
+                await asyncio.sleep(0.02)
+        order = list(lanes)
+        shuffle = random.Random(0).shuffle
         for i in range(1, n + 1):
-            t0 = time.monotonic_ns()
-            sent[i] = t0
-            await client.enqueue("lat", str(i).encode(), queue=queue, content_type="application/octet-stream")
-            await asyncio.sleep(max(0.0, gap - (time.monotonic_ns() - t0) / 1e9))
-        await wait_for(path, n, 30)
-    started = read_lines(path)
-    return [(started[i] - sent[i]) / 1e6 for i in range(1, n + 1)]
+            shuffle(order)  # each lap in a new order: no worker always follows the same one
+            for lane in order:
+                t0 = time.monotonic_ns()
+                lane.sent[i] = t0
+                await client.enqueue(
+                    "lat", str(i).encode(), queue=lane.queue, content_type="application/octet-stream"
+                )
+                await asyncio.sleep(max(0.0, gap - (time.monotonic_ns() - t0) / 1e9))
+        for lane in lanes:
+            await wait_for(lane.path, n, 30)
+    out: dict[str, list[float]] = {}
+    for lane in lanes:
+        started = read_lines(lane.path)
+        out[lane.kind] = [(started[i] - lane.sent[i]) / 1e6 for i in range(1, n + 1)]
+    return out
 
 
 def read_lines_or_empty(path: str) -> bool:
@@ -112,40 +171,31 @@ def pin_cpus() -> tuple[set[int], set[int]] | None:
 
 
 def measure(
-    kind: str,
+    kinds: list[str],
     url: str,
     n: int,
     gap: float,
     conveyorq_python: str | None,
     *,
     worker_cpus: set[int] | None = None,
-) -> dict[str, float]:
-    queue = f"lat-{kind}-{time.monotonic_ns()}"
+) -> dict[str, dict[str, float]]:
+    """One round: the workers of ``kinds`` connected at once, their tasks interleaved."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "lat.txt")
-        env = {**os.environ, "LAT_OUT": path, "PYTHONPATH": str(ROOT)}
-        log = open(os.path.join(tmp, "worker.log"), "wb")  # noqa: SIM115 — closed below
-        proc = subprocess.Popen(
-            command(kind, url, queue, conveyorq_python), env=env, cwd=ROOT,
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        if worker_cpus is not None:  # before its first task; the runtime's children inherit it
-            os.sched_setaffinity(proc.pid, worker_cpus)
+        lanes: list[Lane] = []
         try:
-            lat = asyncio.run(produce(url, queue, path, n, gap))
+            for kind in kinds:
+                lanes.append(start_lane(kind, url, tmp, conveyorq_python, worker_cpus))
+            lat = asyncio.run(produce(url, lanes, n, gap))
         except TimeoutError:
-            log.flush()
-            sys.stderr.write(Path(log.name).read_text(errors="replace")[-3000:])
+            for lane in lanes:
+                lane.log.flush()
+                tail = Path(lane.log.name).read_text(errors="replace")[-3000:]
+                sys.stderr.write(f"--- {lane.kind}\n{tail}")
             raise
         finally:
-            log.close()
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    return {"p50": pct(lat, 50), "p90": pct(lat, 90), "p99": pct(lat, 99)}
+            for lane in lanes:
+                stop_lane(lane)
+    return {k: {"p50": pct(v, 50), "p90": pct(v, 90), "p99": pct(v, 99)} for k, v in lat.items()}
 
 
 def has_conveyorq(python: str | None) -> str | None:
@@ -162,6 +212,7 @@ def main() -> None:
     ap.add_argument("--conveyorq-python", default=None)
     ap.add_argument("--kinds", default="floor,ours,runtime,grpc,conveyorq")
     ap.add_argument("--pin", action="store_true", help="workers on the last CPU, producer+server on the rest")
+    ap.add_argument("--sequential", action="store_true", help="one worker at a time, not interleaved")
     args = ap.parse_args()
     pinned = pin_cpus() if args.pin else None
     if args.pin and pinned is None:
@@ -174,16 +225,20 @@ def main() -> None:
         print("conveyorq not installed (pass --conveyorq-python): row skipped")
     rows: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
     pin_note = f"; workers pinned to CPU {sorted(pinned[1])}" if pinned else ""
-    print(f"{args.tasks} tasks per worker, one every {args.gap_ms:g} ms, {args.rounds} rounds{pin_note}; ms")
+    mode = "one worker at a time" if args.sequential else "workers interleaved"
+    print(f"{args.tasks} tasks per worker, one task every {args.gap_ms:g} ms, {args.rounds} rounds, {mode}"
+          f"{pin_note}; ms")  # fmt: skip
+    worker_cpus = pinned[1] if pinned else None
     with ServerProcess(["--dev"]) as server:
         for r in range(args.rounds):
-            for kind in kinds:
-                res = measure(
-                    kind, server.url, args.tasks, args.gap_ms / 1000, cq, worker_cpus=pinned and pinned[1]
-                )
-                rows[kind].append(res)
-                print(f"  round {r + 1}: {kind:<10} p50 {res['p50']:.3f}  p90 {res['p90']:.3f}"
-                      f"  p99 {res['p99']:.3f}", flush=True)  # fmt: skip
+            groups = [[k] for k in kinds] if args.sequential else [kinds]
+            for group in groups:
+                got = measure(group, server.url, args.tasks, args.gap_ms / 1000, cq, worker_cpus=worker_cpus)
+                for kind in group:
+                    res = got[kind]
+                    rows[kind].append(res)
+                    print(f"  round {r + 1}: {kind:<10} p50 {res['p50']:.3f}  p90 {res['p90']:.3f}"
+                          f"  p99 {res['p99']:.3f}", flush=True)  # fmt: skip
     print(f"{'worker':<12}{'p50':>9}{'p90':>9}{'p99':>9}   (median of rounds)")
     med = {k: {p: statistics.median(x[p] for x in v) for p in ("p50", "p90", "p99")} for k, v in rows.items()}
     floor = med.get("floor")
