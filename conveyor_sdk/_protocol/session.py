@@ -56,7 +56,14 @@ from conveyor_sdk._protocol.actions import (
 )
 from conveyor_sdk._protocol.backoff import Backoff, is_fatal
 from conveyor_sdk._protocol.hello import SessionConfig
-from conveyor_sdk._protocol.inflight import Delivery, JobRecord, JobState, ParkingLot, delivery_from_envelopes
+from conveyor_sdk._protocol.inflight import (
+    Delivery,
+    JobRecord,
+    JobState,
+    ParkingLot,
+    delivery_from_envelopes,
+    seconds,
+)
 from conveyor_sdk._protocol.progress import ProgressCoalescer
 from conveyor_sdk._protocol.types import CancelReason, OutcomeKind
 from conveyor_sdk.errors import ConveyorError, ProtocolError, Unavailable
@@ -301,7 +308,7 @@ class WorkerSession:
             return [Notice("ignored a Dispatch without a task id")]
         if task_id in self._task_index:
             return [Notice(f"ignored a duplicate Dispatch of in-flight task {task_id}")]
-        deadline = d.deadline.ToNanoseconds() / 1e9 if d.HasField("deadline") else None
+        deadline = seconds(d.deadline) if d.HasField("deadline") else None
         delivery = delivery_from_envelopes(
             (task,), batch=False, group="", now=now, dispatch_deadline=deadline
         )
@@ -314,7 +321,7 @@ class WorkerSession:
             return [Notice("ignored a BatchDispatch with empty, duplicate or in-flight member ids")]
         if not tasks:
             return [Notice("ignored an empty BatchDispatch")]
-        deadline = b.deadline.ToNanoseconds() / 1e9 if b.HasField("deadline") else None
+        deadline = seconds(b.deadline) if b.HasField("deadline") else None
         delivery = delivery_from_envelopes(
             tasks, batch=True, group=b.group, now=now, dispatch_deadline=deadline
         )
@@ -325,9 +332,17 @@ class WorkerSession:
         if delivery.job_id in self._jobs:  # an orphaned run of the same job is still unwinding
             return [Notice(f"ignored a delivery of {delivery.job_id} while its previous run unwinds")]
         self._counts["deliveries"] += 1
-        self._jobs[delivery.job_id] = JobRecord(delivery, self.epoch)
-        for tid in delivery.ids:
-            self._task_index[tid] = delivery.job_id
+        self._jobs[delivery.job_id] = rec = JobRecord(delivery, self.epoch)
+        for task in delivery.tasks:
+            self._task_index[task.id] = delivery.job_id
+        if (  # nothing waits, a slot is free: start it without the parking lot (the common case)
+            not self._lot
+            and self._running < self.config.concurrency
+            and not self.draining
+            and self.phase is Phase.OPEN
+            and can_start(delivery)
+        ):
+            return self._start(rec, now)
         self._lot.park(delivery.queue, delivery.job_id)
         return self._fill(now, can_start)
 
@@ -452,18 +467,20 @@ class WorkerSession:
             job_id = self._lot.pick(lambda jid: can_start(self._jobs[jid].delivery))
             if job_id is None:
                 break
-            rec = self._jobs[job_id]
-            d = rec.delivery
-            if d.task_deadline is not None and now >= d.task_deadline:
-                actions += self._answer_parked(rec, OutcomeKind.RETRY, "deadline exceeded")
-                continue
-            started = None if d.timeout is None else now + d.timeout
-            bounds = [b for b in (d.task_deadline, started) if b is not None]
-            rec.state, rec.started_at = JobState.RUNNING, now
-            rec.deadline = min(bounds) if bounds else None
-            self._running += 1
-            actions.append(Start(d, rec.deadline))
+            actions += self._start(self._jobs[job_id], now)
         return actions
+
+    def _start(self, rec: JobRecord, now: float) -> list[Action]:
+        """Start a delivery that has a slot (it is not, or no longer, in the parking lot)."""
+        d = rec.delivery
+        if d.task_deadline is not None and now >= d.task_deadline:
+            return self._answer_parked(rec, OutcomeKind.RETRY, "deadline exceeded")
+        deadline = d.task_deadline
+        if d.timeout is not None and (deadline is None or now + d.timeout < deadline):
+            deadline = now + d.timeout
+        rec.state, rec.started_at, rec.deadline = JobState.RUNNING, now, deadline
+        self._running += 1
+        return [Start(d, deadline)]
 
     def _maybe_close(self, now: float) -> list[Action]:
         # Parked (never started) deliveries do not hold the close back: the server's

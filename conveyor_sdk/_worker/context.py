@@ -33,12 +33,17 @@ ProgressSink = Callable[[str, int, str], None]
 
 
 class CancelSignal:
-    """A thread-safe, one-shot cancellation flag with a reason, awaitable from any loop."""
+    """A thread-safe, one-shot cancellation flag with a reason, awaitable from any loop.
 
-    __slots__ = ("_event", "_lock", "_reason", "_waiters")
+    The ``threading.Event`` behind :meth:`wait` is made by the first thread that waits: most
+    jobs are never cancelled nor waited on, and this object is built for every job.
+    """
+
+    __slots__ = ("_event", "_fired", "_lock", "_reason", "_waiters")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._fired = False
+        self._event: threading.Event | None = None
         self._lock = threading.Lock()
         self._reason: CancelReason | None = None
         self._waiters: list[tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = []
@@ -46,7 +51,7 @@ class CancelSignal:
     @property
     def is_set(self) -> bool:
         """True once :meth:`set` was called."""
-        return self._event.is_set()
+        return self._fired
 
     @property
     def reason(self) -> CancelReason | None:
@@ -56,10 +61,12 @@ class CancelSignal:
     def set(self, reason: CancelReason) -> None:
         """Fire the signal (first reason wins); wakes threads and coroutines waiting on it."""
         with self._lock:
-            if self._event.is_set():
+            if self._fired:
                 return
             self._reason = reason
-            self._event.set()
+            self._fired = True
+            if self._event is not None:
+                self._event.set()
             waiters, self._waiters = self._waiters, []
         for loop, callback in waiters:
             if not loop.is_closed():
@@ -68,7 +75,7 @@ class CancelSignal:
     def add_callback(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:
         """Run ``callback`` in ``loop`` when the signal fires; False (not added) if already set."""
         with self._lock:
-            if self._event.is_set():
+            if self._fired:
                 return False
             self._waiters.append((loop, callback))
             return True
@@ -80,7 +87,13 @@ class CancelSignal:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block the calling thread until cancelled or ``timeout``; True when cancelled."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._fired:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     async def wait_async(self) -> CancelReason | None:
         """Wait (in any event loop) until cancelled; returns the reason."""

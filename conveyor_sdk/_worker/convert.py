@@ -5,15 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
-from conveyor_sdk._protocol.inflight import Delivery
+from conveyor_sdk._protocol.inflight import Delivery, seconds
 from conveyor_sdk._worker.executor import Job, TaskData
 from conveyor_sdk._worker.registry import Registry
 
 __all__ = ["job_for_delivery", "task_data"]
-
-
-def _seconds(msg: object) -> float:
-    return float(msg.ToNanoseconds()) / 1e9  # type: ignore[attr-defined]
 
 
 def task_data(env: tpb.TaskEnvelope, group: str = "") -> TaskData:
@@ -28,12 +24,12 @@ def task_data(env: tpb.TaskEnvelope, group: str = "") -> TaskData:
         type=env.type,
         payload=bytes(env.payload),
         content_type=env.content_type,
-        metadata=dict(env.metadata),
+        metadata=dict(env.metadata) if env.metadata else {},  # dict() of a map field walks Python ABCs
         retried=env.retried,
         max_retry=opts.max_retry,
-        enqueued_at=_seconds(env.enqueued_at) if env.HasField("enqueued_at") else None,
-        timeout=_seconds(opts.timeout) if opts.HasField("timeout") else None,
-        task_deadline=_seconds(opts.deadline) if opts.HasField("deadline") else None,
+        enqueued_at=seconds(env.enqueued_at) if env.HasField("enqueued_at") else None,
+        timeout=seconds(opts.timeout) if opts.HasField("timeout") else None,
+        task_deadline=seconds(opts.deadline) if opts.HasField("deadline") else None,
         group=opts.group or group,
     )
 

@@ -267,3 +267,27 @@ def test_sync_callable_returning_a_coroutine_is_awaited() -> None:
 
     reg.register(HandlerSpec(type="t", fn=lambda task, ctx: inner(task)))
     assert invoke(reg, _job(_task())) == [Outcome(OutcomeKind.SUCCESS, result=b"inner")]
+
+
+def test_cancel_signal_wakes_threads_that_wait_before_and_after_it_fires() -> None:
+    """``wait`` from several threads: those already blocked wake on ``set``; later ones return at once."""
+    sig = CancelSignal()
+    assert sig.wait(0.01) is False  # not fired: the timeout passes
+    blocked = threading.Barrier(4)
+    woke: list[bool] = []
+
+    def waiter() -> None:
+        blocked.wait(10)
+        woke.append(sig.wait(30))
+
+    threads = [threading.Thread(target=waiter) for _ in range(3)]
+    for th in threads:
+        th.start()
+    blocked.wait(10)
+    sig.set(CancelReason.DRAIN)
+    sig.set(CancelReason.DEADLINE)  # the first reason wins
+    for th in threads:
+        th.join(30)
+    assert woke == [True, True, True]
+    assert sig.is_set and sig.reason is CancelReason.DRAIN
+    assert sig.wait(0) is True

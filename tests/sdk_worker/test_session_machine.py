@@ -285,6 +285,38 @@ def test_parked_task_past_its_deadline_is_answered_without_starting() -> None:
     assert _starts(s.job_finished("a", [OK], T0 + 0.6)) == []
 
 
+def test_task_already_past_its_deadline_on_arrival_is_answered_without_starting() -> None:
+    """An idle worker answers a Dispatch whose TaskOptions.deadline passed with RETRY; the slot stays free."""
+    s = _open(concurrency=1)
+    actions = s.receive(_dispatch("late", deadline=T0 - 1), T0)
+    assert _starts(actions) == []
+    (res,) = _sent(actions, "result")
+    assert (res.result.task_id, res.result.error_msg) == ("late", "deadline exceeded")
+    assert s.job("late") is None and s.parked == 0
+    assert _starts(s.receive(_dispatch("next"), T0)) == ["next"]
+
+
+@pytest.mark.parametrize(
+    ("timeout", "deadline", "expected"),
+    [
+        (None, None, None),
+        (2.0, None, T0 + 2),
+        (None, T0 + 5, T0 + 5),
+        (2.0, T0 + 5, T0 + 2),
+        (9.0, T0 + 5, T0 + 5),
+    ],
+)
+def test_start_deadline_is_the_sooner_of_timeout_and_task_deadline(
+    timeout: float | None, deadline: float | None, expected: float | None
+) -> None:
+    """Start carries the task-owned bound: start + timeout or TaskOptions.deadline, whichever is first."""
+    s = _open()
+    (start,) = [
+        a for a in s.receive(_dispatch("a", timeout=timeout, deadline=deadline), T0) if isinstance(a, Start)
+    ]
+    assert start.deadline == (None if expected is None else pytest.approx(expected))
+
+
 def test_server_cancel_running_and_parked() -> None:
     """Cancel of a running job -> Cancel(SERVER_CANCEL) then RETRY; of a parked job -> RETRY at once."""
     s = _open(concurrency=1)
