@@ -140,6 +140,16 @@ class SessionCore:
         """Bytes the I/O layer must write to the socket now (may be empty)."""
         return self._conn.data_to_send()
 
+    @property
+    def wants_write(self) -> bool:
+        """Whether the I/O layer has anything to do: bytes to write, or a connection to close.
+
+        False for most reads (a Dispatch is acknowledged in batches), so the I/O layer can skip
+        scheduling a write that would find nothing. Reads h2's output buffer; should that change,
+        it always says True.
+        """
+        return bool(getattr(self._conn, "_data_to_send", True)) or self.connection_closed
+
     # ---- outbound ------------------------------------------------------------------------------
 
     def send_blocker(self) -> ConveyorError | None:

@@ -4,7 +4,8 @@ The socket is driven by an :class:`asyncio.Protocol` (no background tasks):
 ``data_received`` feeds the core, and every state change ends in
 :meth:`SessionStream._write_out`, which schedules :meth:`SessionStream._write_now`, the single
 place that writes to the socket, once per event-loop iteration: all frames produced in one tick
-(e.g. a burst of Results answering a burst of Dispatches) leave in one ``send`` system call.
+(e.g. a burst of Results answering a burst of Dispatches) leave in one ``send`` system call. A
+change that left nothing to write (a read whose acknowledgement is batched) schedules nothing.
 Waiting callers (``recv``/``send``) are woken through per-waiter futures.
 """
 
@@ -207,7 +208,8 @@ class SessionStream:
         self._write_now()
 
     def _write_out(self) -> None:
-        if not self._write_scheduled:
+        # Nothing to write (most reads): no callback, so a job started in this turn runs first.
+        if not self._write_scheduled and self._core.wants_write:
             self._write_scheduled = True
             self._loop.call_soon(self._write_now)
 

@@ -52,7 +52,10 @@ def _feed(cores: list[SessionCore], srv: h2.connection.H2Connection, cuts: list[
             outs = []
             for core in cores:
                 core.receive_data(data[last:p])
+                wants = core.wants_write
                 outs.append(core.data_to_send())
+                assert wants == (bool(outs[-1]) or core.connection_closed)  # the I/O layer skips no write
+                assert not core.wants_write or core.connection_closed
             assert outs[0] == outs[1]  # identical WINDOW_UPDATEs, PING and SETTINGS acks
             srv.receive_data(outs[0])
             last = p
