@@ -35,6 +35,7 @@ __all__ = [
     "run_opened",
     "seal_request",
     "seal_request_sync",
+    "sealed",
 ]
 
 
@@ -189,6 +190,14 @@ async def open_task(task: TaskData, encryptor: Encryptor | None) -> TaskData:
     return _opened(task, plaintext)
 
 
+def sealed(job: Job) -> bool:
+    """Whether any member of ``job`` carries a sealed payload (then :func:`run_opened` must open it)."""
+    for task in job.tasks:  # noqa: SIM110 — a loop, not any(<genexpr>): every job passes here
+        if task.metadata.get(MARKER_KEY):
+            return True
+    return False
+
+
 async def run_opened(
     job: Job,
     run: Callable[[Job], Awaitable[list[Outcome]]],
@@ -199,10 +208,7 @@ async def run_opened(
     A plaintext job is handed to ``run`` unchanged (no copy). A member that cannot be opened
     gets RETRY or SKIP_RETRY by :attr:`DecryptionError.retryable` and never reaches a handler.
     """
-    for task in job.tasks:  # a loop, not any(<genexpr>): every job passes here on its way to the handler
-        if task.metadata.get(MARKER_KEY):
-            break
-    else:
+    if not sealed(job):
         return await run(job)
     encryptor = encryptor_for()
     fixed: dict[str, Outcome] = {}

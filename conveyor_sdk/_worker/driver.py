@@ -16,7 +16,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from conveyor_sdk._encryption.hooks import run_opened
+from conveyor_sdk._encryption.hooks import run_opened, sealed
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._protocol.inflight import Delivery
 from conveyor_sdk._protocol.session import (
@@ -366,11 +366,14 @@ class Driver:
             self.post(("done", job.job_id, [cancelled_outcome() for _ in job.tasks], job))
             return
         try:
-            outcomes = await run_opened(
-                job,
-                lambda opened: self.executor.run(opened, self._control),
-                lambda: self.worker.encryption_for(self.registry),
-            )
+            if sealed(job):
+                outcomes = await run_opened(
+                    job,
+                    lambda opened: self.executor.run(opened, self._control),
+                    lambda: self.worker.encryption_for(self.registry),
+                )
+            else:  # plaintext (the usual case): one coroutine less between the Dispatch and the handler
+                outcomes = await self.executor.run(job, self._control)
         except asyncio.CancelledError:
             outcomes = [Outcome(OutcomeKind.RELEASED, "worker stopped")] * len(job.tasks)
             self.post(("done", job.job_id, outcomes, job))
