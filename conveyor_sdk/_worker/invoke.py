@@ -55,10 +55,6 @@ def make_context(
     return TaskContext(job, signal, report_progress)
 
 
-def _decode(spec: HandlerSpec, task: TaskData) -> Any:
-    return task if spec.decode is None else spec.decode(task)
-
-
 def _decode_error(task: TaskData, exc: BaseException) -> Outcome:
     ct = task.content_type or "no content type"
     msg = f"cannot decode payload of task {task.id} ({ct}): {type(exc).__name__}: {exc}"
@@ -77,9 +73,10 @@ def _prepare(registry: Registry, ctx: TaskContext) -> _Prepared | list[Outcome]:
     fixed: dict[str, Outcome] = {}
     live: list[TaskData] = []
     decoded: list[Any] = []
+    decode = spec.decode
     for task in job.tasks:
         try:
-            decoded.append(_decode(spec, task))
+            decoded.append(task if decode is None else decode(task))
             live.append(task)
         except Exception as exc:
             fixed[task.id] = _decode_error(task, exc)
@@ -193,8 +190,10 @@ async def _invoke_prepared_async(registry: Registry, prep: _Prepared) -> list[Ou
     result: Any = None
     error: BaseException | None = None
     disarm = _arm_cancel(ctx)
+    middlewares = registry.middlewares
     try:
-        _run_before(registry.middlewares, ctx, entered)
+        if middlewares:
+            _run_before(middlewares, ctx, entered)
         if ctx.cancelled:
             ctx.raise_if_cancelled()
         result = await prep.spec.fn(prep.arg, ctx)
@@ -210,7 +209,8 @@ async def _invoke_prepared_async(registry: Registry, prep: _Prepared) -> list[Ou
         error = exc
     finally:
         disarm()
-    error = _run_after(entered, ctx, result, error)
+    if entered:
+        error = _run_after(entered, ctx, result, error)
     if error is None:
         return _map_success(prep, result)
     return _map_failure(prep, error)
