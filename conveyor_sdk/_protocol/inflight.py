@@ -34,9 +34,13 @@ def _min(values: list[float]) -> float | None:
     return min(values) if values else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delivery:
-    """One dispatched unit of work, exactly as the server handed it over."""
+    """One dispatched unit of work, exactly as the server handed it over (never changed after).
+
+    Not ``frozen``: a frozen dataclass sets each of these ten fields through
+    ``object.__setattr__`` and this is built for every Dispatch on its way to the handler.
+    """
 
     job_id: str
     queue: str
