@@ -31,7 +31,8 @@ from h2.errors import ErrorCodes
 
 from conveyor_sdk._transport import _status
 from conveyor_sdk._transport._connect import Target
-from conveyor_sdk._transport._h2 import CachingEncoder, Connection, str_headers
+from conveyor_sdk._transport._h2 import CachingEncoder, Connection, str_headers, take_response_frames
+from conveyor_sdk._transport.hpackfast import FastDecoder
 from conveyor_sdk._transport.signal import Signal
 from conveyor_sdk.errors import ConveyorError, Unavailable
 
@@ -77,6 +78,7 @@ class H2Conn(asyncio.Protocol):
         )
         self.h2 = Connection(config=config)
         self.h2.encoder = CachingEncoder()  # the same request headers, call after call
+        self.h2.decoder = FastDecoder()  # ... and the same response headers (a fresh table: no state yet)
         self.h2.local_settings = h2.settings.Settings(
             client=True,
             initial_values={
@@ -93,6 +95,7 @@ class H2Conn(asyncio.Protocol):
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._paused = False
         self._seen_input = False
+        self.fast_reads = 0  # reads whose frames (some or all) skipped h2's parser (statistics, tests)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "draining" if self.draining else "open"
@@ -114,7 +117,11 @@ class H2Conn(asyncio.Protocol):
                 self._fail(Unavailable("the server answered in HTTP/1.x; it does not speak HTTP/2"))
                 return
         try:
-            events = self.h2.receive_data(data)
+            events, used = take_response_frames(self.h2, data)  # ordinary responses skip h2's parser
+            if used:
+                self.fast_reads += 1
+            if used < len(data):
+                events += self.h2.receive_data(data[used:] if used else data)
         except h2.exceptions.ProtocolError as exc:
             self._fail(Unavailable(f"the server broke the HTTP/2 protocol: {exc}"))
             return

@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import h2.connection
+import h2.exceptions
 from h2.connection import ConnectionState
 from h2.stream import StreamState
 from hpack import Encoder
 from hpack.table import HeaderTable
 
-__all__ = ["CachingEncoder", "Connection", "str_headers", "take_data_frames"]
+from conveyor_sdk._transport.hpackfast import FastDecoder
+
+__all__ = ["CachingEncoder", "Connection", "str_headers", "take_data_frames", "take_response_frames"]
 
 _READABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL)
 
@@ -99,6 +102,9 @@ def str_headers(raw: object) -> dict[str, str]:
 
 
 _DATA = 0x0
+_HEADERS = 0x1
+_END_STREAM = 0x1
+_END_HEADERS = 0x4
 _HEADER = 9
 
 
@@ -157,3 +163,73 @@ def take_data_frames(
         payloads.append(data[offset + _HEADER : end])
         offset = end
     return payloads, offset
+
+
+def take_response_frames(conn: h2.connection.H2Connection, data: bytes) -> tuple[list[Any], int]:
+    """Events of the ordinary response frames at the start of ``data``, and how many bytes they used.
+
+    The async client's answer to a unary call is a HEADERS frame, a DATA frame and, for gRPC,
+    trailers: h2's generic parser turns each into a frame object, formats its ``repr`` for a
+    trace log, runs the connection's state machine and decodes HPACK field by field, which is
+    most of a call's receive cost (and runs on a producer's CPU while the task it just enqueued
+    is being dispatched). Taken here, each only on a stream this client opened that is open for
+    reading, when nothing of an earlier read is buffered in h2:
+
+    * HEADERS with END_HEADERS (END_STREAM allowed, no padding or priority) whose block
+      :meth:`FastDecoder.decode_cached` reads without changing HPACK state;
+    * DATA (END_STREAM allowed, no padding, not empty without flags).
+
+    Each goes through h2's own stream objects (``receive_headers`` / ``receive_data``) and the
+    connection window is charged as h2 does, so stream states, windows, header validation and
+    events are h2's. A protocol error ends the connection as ``H2Connection.receive_data``
+    would. The caller hands ``data[used:]`` to ``conn.receive_data``. It reads h2 (4.x)
+    internals; should they change, it takes nothing.
+    """
+    buffer = conn.incoming_buffer
+    decoder = conn.decoder
+    conn_window = getattr(conn, "_inbound_flow_control_window_manager", None)
+    if (
+        getattr(buffer, "_data", b"?")
+        or getattr(buffer, "_headers_buffer", True)
+        or conn.state_machine.state is not ConnectionState.CLIENT_OPEN
+        or not isinstance(decoder, FastDecoder)
+        or conn_window is None
+    ):
+        return [], 0
+    events: list[Any] = []
+    offset, size = 0, len(data)
+    limit = conn.max_inbound_frame_size
+    try:
+        while size - offset >= _HEADER:
+            length = int.from_bytes(data[offset : offset + 3], "big")
+            end = offset + _HEADER + length
+            if end > size or length > limit:
+                break
+            kind, flags = data[offset + 3], data[offset + 4]
+            stream = conn.streams.get(int.from_bytes(data[offset + 5 : offset + 9], "big"))
+            if stream is None or stream.state_machine.state not in _READABLE:
+                break
+            payload = data[offset + _HEADER : end]
+            if kind == _DATA:
+                if flags & ~_END_STREAM or not (payload or flags):
+                    break  # padding, unknown flags, or an empty frame: h2's
+                conn_window.window_consumed(length)
+                frames, got = stream.receive_data(payload, bool(flags), length)
+            elif kind == _HEADERS:
+                if flags & ~(_END_STREAM | _END_HEADERS) or not flags & _END_HEADERS:
+                    break  # padding, priority, CONTINUATION: h2's
+                headers = decoder.decode_cached(payload)
+                if headers is None:
+                    break
+                frames, got = stream.receive_headers(
+                    headers, bool(flags & _END_STREAM), conn.config.header_encoding
+                )
+            else:
+                break
+            conn._prepare_for_sending(frames)
+            events += got
+            offset = end
+    except h2.exceptions.ProtocolError as exc:
+        conn._terminate_connection(exc.error_code)  # as h2's receive_data does
+        raise
+    return events, offset

@@ -39,9 +39,10 @@ import h2.settings
 from h2.connection import AllowedStreamIDs, ConnectionState
 from h2.stream import StreamState
 
+from conveyor_sdk._transport.hpackfast import FastDecoder
+
 from .h2guard import HEADER_COST, GuardedFrameBuffer
 from .h2stream import RefusingConnection
-from .hpackfast import FastDecoder
 from .limits import HttpLimits
 
 __all__ = ["new_server_h2", "send_data", "take_frames"]

@@ -8,8 +8,8 @@ from hpack.exceptions import HPACKError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conveyor_sdk._transport.hpackfast import FastDecoder
 from conveyor_server_min._http.h2stream import header_dict
-from conveyor_server_min._http.hpackfast import FastDecoder
 
 _NAMES = [b":method", b":path", b"content-type", b"content-length", b"x-custom", b"authorization"]
 _header = st.tuples(st.sampled_from(_NAMES), st.binary(max_size=40))

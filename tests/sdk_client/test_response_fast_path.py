@@ -1,0 +1,177 @@
+"""The client's response fast path (``take_response_frames``) against h2's own parser, and in real calls."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from conveyor_sdk._transport._h2 import take_response_frames
+from conveyor_sdk._transport.hpackfast import FastDecoder
+from conveyor_sdk.client import Client
+from conveyor_server_min.testing import ServerProcess
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/a/b"), (":authority", "h:1")]
+STREAMS = (1, 3, 5)
+
+# One server action on a stream index: headers (variant), data (size, end, pad), trailers, reset;
+# or a connection frame: ping, settings, window.
+_ACTION = st.one_of(
+    st.tuples(st.just("headers"), st.sampled_from(range(3)), st.integers(0, 3), st.booleans()),
+    st.tuples(
+        st.just("data"),
+        st.sampled_from(range(3)),
+        st.one_of(st.integers(0, 200), st.integers(0, 20_000)),
+        st.sampled_from([False, False, False, True]),
+        st.sampled_from([None, None, 3]),
+    ),
+    st.tuples(st.just("trailers"), st.sampled_from(range(3)), st.integers(0, 2)),
+    st.tuples(st.just("reset"), st.sampled_from(range(3))),
+    st.tuples(st.just("ping")),
+    st.tuples(st.just("settings")),
+    st.tuples(st.just("window")),
+)
+
+
+def _client() -> h2.connection.H2Connection:
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    conn.decoder = FastDecoder()
+    conn.initiate_connection()
+    for sid in STREAMS:
+        conn.send_headers(sid, REQUEST, end_stream=True)
+    return conn
+
+
+def _headers(variant: int, extra: int) -> list[tuple[str, str]]:
+    base = [(":status", "200"), ("content-type", "application/proto")]
+    if variant == 1:
+        base.append(("content-length", str(10 + extra)))
+    if variant == 2:
+        base.append(("x-request", "r" * extra))
+    return base
+
+
+def _serve(srv: h2.connection.H2Connection, action: tuple[Any, ...]) -> None:
+    kind = action[0]
+    try:
+        if kind == "headers":
+            srv.send_headers(STREAMS[action[1]], _headers(action[2], action[3]), end_stream=False)
+        elif kind == "data":
+            sid = STREAMS[action[1]]
+            size = min(action[2], srv.local_flow_control_window(sid), srv.max_outbound_frame_size)
+            srv.send_data(sid, b"d" * size, end_stream=action[3], pad_length=action[4])
+        elif kind == "trailers":
+            srv.send_headers(STREAMS[action[1]], [("grpc-status", str(action[2]))], end_stream=True)
+        elif kind == "reset":
+            srv.reset_stream(STREAMS[action[1]])
+        elif kind == "ping":
+            srv.ping(b"12345678")
+        elif kind == "settings":
+            srv.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 50})
+        else:
+            srv.increment_flow_control_window(1000)
+    except (h2.exceptions.ProtocolError, h2.exceptions.FlowControlError, ValueError, KeyError):
+        pass  # not a frame the server may send in that state: nothing is sent
+
+
+def _event(event: h2.events.Event) -> tuple[Any, ...]:
+    return (type(event).__name__, *sorted((k, repr(v)) for k, v in vars(event).items()))
+
+
+def _feed(conn: h2.connection.H2Connection, data: bytes, fast: bool) -> list[tuple[Any, ...]] | str:
+    try:
+        events, used = take_response_frames(conn, data) if fast else ([], 0)
+        if used:
+            event("fast path took frames")
+        if used < len(data):
+            events += conn.receive_data(data[used:])
+    except h2.exceptions.ProtocolError as exc:
+        return f"error {type(exc).__name__}"
+    return [_event(e) for e in events]
+
+
+def _state(conn: h2.connection.H2Connection) -> tuple[Any, ...]:
+    streams = tuple(
+        (sid, s.state_machine.state, s.inbound_flow_control_window) for sid, s in sorted(conn.streams.items())
+    )
+    return (conn.state_machine.state, conn.inbound_flow_control_window, streams)
+
+
+@FUZZ
+@given(
+    st.lists(_ACTION, max_size=30),
+    st.lists(st.sampled_from([(), (), (1,), (5, 40), (9,), (200,)]), max_size=30),
+)
+def test_fast_path_matches_h2(actions: list[tuple[Any, ...]], cuts: list[Any]) -> None:
+    """Any mix of response frames, each action's bytes cut anywhere (or not): the same events, errors,
+    stream states, windows and bytes back as h2's parser alone."""
+    fast, plain = _client(), _client()
+    srv = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+    srv.initiate_connection()
+    preface = fast.data_to_send()
+    assert preface == plain.data_to_send()
+    srv.receive_data(preface)
+    settings_frames = srv.data_to_send()
+    fast.receive_data(settings_frames)
+    plain.receive_data(settings_frames)
+    opening = [("headers", k, 0, 0) for k in range(len(STREAMS))]  # so that later frames can follow
+    for i, action in enumerate(opening + actions):
+        _serve(srv, action)
+        data = srv.data_to_send()
+        own = list(cuts[i - len(opening)]) if len(opening) <= i < len(opening) + len(cuts) else []
+        last = 0
+        for point in [*sorted({c % (len(data) + 1) for c in own}), len(data)]:
+            if point > last:
+                chunk = data[last:point]
+                assert _feed(fast, chunk, True) == _feed(plain, chunk, False)
+                assert _state(fast) == _state(plain)
+                last = point
+        back = fast.data_to_send()
+        assert back == plain.data_to_send()
+        if fast.state_machine.state is h2.connection.ConnectionState.CLOSED:
+            break
+        srv.receive_data(back)
+
+
+def test_an_ordinary_response_skips_h2s_parser() -> None:
+    """HEADERS + DATA(END_STREAM) of an answered call are taken by the fast path once the block is known."""
+    conn = _client()
+    srv = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+    srv.initiate_connection()
+    srv.receive_data(conn.data_to_send())
+    conn.receive_data(srv.data_to_send())  # the server's SETTINGS
+    taken = []
+    for sid in STREAMS:
+        srv.send_headers(sid, _headers(0, 0))
+        srv.send_data(sid, b"body", end_stream=True)
+        data = srv.data_to_send()
+        events, used = take_response_frames(conn, data)
+        if used < len(data):
+            events += conn.receive_data(data[used:])
+        taken.append(used == len(data))
+        kinds = [type(e).__name__ for e in events]
+        assert kinds == ["ResponseReceived", "DataReceived", "StreamEnded"]
+    assert taken[1:] == [True, True]  # the first block added to the dynamic table: hpack read it
+
+
+def test_real_calls_take_the_fast_path() -> None:
+    """Calls of the async Client against the reference server read their answers on the fast path."""
+
+    async def main() -> int:
+        with ServerProcess() as srv:
+            async with Client(srv.url) as client:
+                for i in range(5):
+                    info = await client.enqueue("t", b"%d" % i, queue="q", content_type="text/plain")
+                    assert (await client.get_task(info.id)).id == info.id
+                conn = client._h2._conn  # type: ignore[union-attr]
+                return int(conn.fast_reads)
+
+    assert asyncio.run(main()) >= 8
