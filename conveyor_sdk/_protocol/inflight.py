@@ -53,10 +53,6 @@ class Delivery:
     task_deadline: float | None  # tightest TaskOptions.deadline over the members
     timeout: float | None  # tightest TaskOptions.timeout over the members
 
-    @property
-    def ids(self) -> tuple[str, ...]:
-        return tuple(t.id for t in self.tasks)
-
 
 def delivery_from_envelopes(
     tasks: tuple[tpb.TaskEnvelope, ...],
