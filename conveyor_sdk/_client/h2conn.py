@@ -31,7 +31,13 @@ from h2.errors import ErrorCodes
 
 from conveyor_sdk._transport import _status
 from conveyor_sdk._transport._connect import Target
-from conveyor_sdk._transport._h2 import CachingEncoder, Connection, str_headers, take_response_frames
+from conveyor_sdk._transport._h2 import (
+    CachingEncoder,
+    Connection,
+    send_request,
+    str_headers,
+    take_response_frames,
+)
 from conveyor_sdk._transport.hpackfast import FastDecoder
 from conveyor_sdk._transport.signal import Signal
 from conveyor_sdk.errors import ConveyorError, Unavailable
@@ -96,6 +102,7 @@ class H2Conn(asyncio.Protocol):
         self._paused = False
         self._seen_input = False
         self.fast_reads = 0  # reads whose frames (some or all) skipped h2's parser (statistics, tests)
+        self.fast_sends = 0  # streams opened without h2's send_headers (statistics, tests)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "draining" if self.draining else "open"
@@ -161,6 +168,15 @@ class H2Conn(asyncio.Protocol):
 
     def start(self, headers: list[tuple[str, str]], body: bytes) -> tuple[H2Stream, int]:
         """Open a stream, send HEADERS and what the windows allow of ``body``; return it, bytes sent."""
+        opened = None if self.closed or self.draining else send_request(self.h2, headers, body)
+        if opened is not None:  # the usual case: HEADERS and DATA framed without h2's generic path
+            sid, sent = opened
+            self.fast_sends += 1
+            stream = self.streams[sid] = H2Stream(sid)
+            if sent < len(body):
+                sent = self._send_some(stream, body, sent)
+            self.flush()
+            return stream, sent
         try:
             sid = self.h2.get_next_available_stream_id()
         except h2.exceptions.NoAvailableStreamIDError:

@@ -6,14 +6,21 @@ from typing import Any
 
 import h2.connection
 import h2.exceptions
-from h2.connection import ConnectionState
-from h2.stream import StreamState
+from h2.connection import AllowedStreamIDs, ConnectionState
+from h2.stream import StreamInputs, StreamState
 from hpack import Encoder
 from hpack.table import HeaderTable
 
 from conveyor_sdk._transport.hpackfast import FastDecoder
 
-__all__ = ["CachingEncoder", "Connection", "str_headers", "take_data_frames", "take_response_frames"]
+__all__ = [
+    "CachingEncoder",
+    "Connection",
+    "send_request",
+    "str_headers",
+    "take_data_frames",
+    "take_response_frames",
+]
 
 _READABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL)
 
@@ -103,6 +110,7 @@ def str_headers(raw: object) -> dict[str, str]:
 
 _DATA = 0x0
 _HEADERS = 0x1
+_CONTINUATION = 0x9
 _END_STREAM = 0x1
 _END_HEADERS = 0x4
 _HEADER = 9
@@ -233,3 +241,87 @@ def take_response_frames(conn: h2.connection.H2Connection, data: bytes) -> tuple
         conn._terminate_connection(exc.error_code)  # as h2's receive_data does
         raise
     return events, offset
+
+
+def send_request(
+    conn: h2.connection.H2Connection, headers: list[tuple[str, str]], body: bytes
+) -> tuple[int, int] | None:
+    """Open the next client stream and queue its HEADERS and ``body`` without h2's ``send_headers``.
+
+    The latency path of a producer: h2's ``send_headers``/``send_data`` encode every field to
+    bytes, build validation flags and frame objects, serialize them and log along the way, about
+    half of the Python calls between ``Client.enqueue()`` and the socket write. Here the stream is
+    opened by h2's own ``_begin_new_stream`` and moved by its own stream state machine, the block
+    comes from ``conn.encoder`` (hpack encodes ``str`` exactly as h2's ``utf8_encode_headers``
+    would), and the frames are written into h2's output buffer as h2 would serialize them: HEADERS
+    (CONTINUATION past the frame size) with END_STREAM when there is no body, then ``body`` as one
+    DATA frame with END_STREAM when it fits both send windows and the frame size, both windows
+    charged. Returns ``(stream id, body bytes sent)``; the caller sends the rest (through h2).
+
+    Returns ``None`` having changed nothing wherever h2 would do more or fail: the connection is
+    not open (h2 still IDLE before its first stream, or closed), stream ids are exhausted, the
+    server's MAX_CONCURRENT_STREAMS is reached (counted, and closed streams retired, by h2),
+    outbound header validation or normalisation is on, or there are no headers. It reads h2 (4.x)
+    internals; should they change, it takes nothing.
+    """
+    config = conn.config
+    if (
+        conn.state_machine.state is not ConnectionState.CLIENT_OPEN
+        or not config.client_side
+        or config.validate_outbound_headers
+        or config.normalize_outbound_headers
+        or not headers
+    ):
+        return None
+    highest = conn.highest_outbound_stream_id
+    stream_id = highest + 2 if highest else 1
+    if (
+        stream_id > conn.HIGHEST_ALLOWED_STREAM_ID
+        or conn.open_outbound_streams + 1 > conn.remote_settings.max_concurrent_streams
+    ):
+        return None
+    stream = conn._begin_new_stream(stream_id, AllowedStreamIDs.ODD)
+    stream.state_machine.process_input(StreamInputs.SEND_HEADERS)
+    authority = method = None
+    for name, value in headers:
+        if name == ":authority" and authority is None:
+            authority = value.encode("utf-8")
+        elif name == ":method" and method is None:
+            method = value.encode("utf-8")
+    stream._authority = authority
+    stream.request_method = method
+    block = conn.encoder.encode(headers)
+    out = conn._data_to_send
+    _header_frames(out, stream_id, block, conn.max_outbound_frame_size, end_stream=not body)
+    if not body:
+        stream.state_machine.process_input(StreamInputs.SEND_END_STREAM)
+        return stream_id, 0
+    size = len(body)
+    if (
+        size > conn.outbound_flow_control_window
+        or size > stream.outbound_flow_control_window
+        or size > conn.max_outbound_frame_size
+    ):
+        return stream_id, 0  # the caller splits it through h2's send_data
+    stream.state_machine.process_input(StreamInputs.SEND_DATA)
+    stream.state_machine.process_input(StreamInputs.SEND_END_STREAM)
+    out += size.to_bytes(3, "big") + bytes((_DATA, _END_STREAM)) + stream_id.to_bytes(4, "big")
+    out += body
+    stream.outbound_flow_control_window -= size
+    conn.outbound_flow_control_window -= size
+    return stream_id, size
+
+
+def _header_frames(out: bytearray, stream_id: int, block: bytes, limit: int, *, end_stream: bool) -> None:
+    """HEADERS (+ CONTINUATION) frames of ``block`` as h2 serializes them, appended to ``out``."""
+    sid = stream_id.to_bytes(4, "big")
+    for start in range(0, len(block), limit):
+        chunk = block[start : start + limit]
+        flags = _END_HEADERS if start + limit >= len(block) else 0
+        if start == 0:
+            kind = _HEADERS
+            flags |= _END_STREAM if end_stream else 0
+        else:
+            kind = _CONTINUATION
+        out += len(chunk).to_bytes(3, "big") + bytes((kind, flags)) + sid
+        out += chunk
