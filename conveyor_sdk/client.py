@@ -47,7 +47,13 @@ from conveyor_sdk._client.h2transport import H2Transport
 from conveyor_sdk._client.options import EnqueueOptions, TaskSpec, ValidationError
 from conveyor_sdk._client.retry import RetryConfig
 from conveyor_sdk._client.transport import ClientConfig, Protocol, UnaryCaller, WireFormat
-from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor, seal_request, seal_request_sync
+from conveyor_sdk._encryption.hooks import (
+    Encryptor,
+    check_encryptor,
+    check_reserved,
+    seal_request,
+    seal_request_sync,
+)
 from conveyor_sdk._gen.conveyor.v1 import service_connect as sc
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.codecs import CodecRegistry
@@ -235,7 +241,10 @@ class Client(_Base):
         encryption: Encryptor | None,
     ) -> TaskInfo:
         req = self._enqueue_request(type, payload, options)
-        await seal_request(req, encryption)
+        if encryption is None:
+            check_reserved(req)  # seal_request's whole work without an encryptor, minus a coroutine
+        else:
+            await seal_request(req, encryption)
         try:
             resp = await self._caller.acall("Enqueue", self._tasks.enqueue, req, _seconds(rpc_timeout))
         except DuplicateTask as exc:

@@ -43,6 +43,7 @@ _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"}
 )
 _CLOSE_WAIT = 2.0
+_HEADER_LISTS = 64
 
 
 class H2Transport:
@@ -54,6 +55,8 @@ class H2Transport:
         self._prefix = f"{parts.scheme}://{parts.netloc}"
         self._ssl = _connect.tls_context(None, ca_data=ca_pem) if self._target.scheme == "https" else None
         self._connect_timeout = connect_timeout
+        self._authority = self._target.authority  # a computed property of Target: once, not per call
+        self._header_lists: dict[tuple[object, ...], list[tuple[str, str]]] = {}  # see _headers
         self._conn: H2Conn | None = None
         self._old: set[H2Conn] = set()  # draining connections still finishing calls
         self._lock = asyncio.Lock()
@@ -100,19 +103,34 @@ class H2Transport:
     # ---- internals -----------------------------------------------------------------------------
 
     def _headers(self, request: pyqwest.Request) -> list[tuple[str, str]]:
-        url = request.url
+        """The request's HTTP/2 header list; a unary client repeats a few, so they are kept (≤ 64).
+
+        The list is shared between calls: nothing below mutates it (h2 and ``send_request``
+        only read it)."""
+        method, url, fields = request.method, request.url, tuple(request.headers.items())
+        key = (method, url, fields)
+        headers = self._header_lists.get(key)
+        if headers is None:
+            headers = self._build_headers(method, url, fields)
+            if len(self._header_lists) >= _HEADER_LISTS:
+                self._header_lists.clear()
+            self._header_lists[key] = headers
+        return headers
+
+    def _build_headers(
+        self, method: str, url: str, fields: tuple[tuple[str, str], ...]
+    ) -> list[tuple[str, str]]:
         if url.startswith(self._prefix) and url[len(self._prefix) : len(self._prefix) + 1] in ("/", "?", ""):
             path = url[len(self._prefix) :] or "/"
         else:
             raise Unavailable(f"this client only talks to {self._prefix}, not to {url}", retryable=False)
-        target = self._target
         headers = [
-            (":method", request.method),
-            (":scheme", target.scheme),
+            (":method", method),
+            (":scheme", self._target.scheme),
             (":path", path),
-            (":authority", target.authority),
+            (":authority", self._authority),
         ]
-        for name, value in request.headers.items():
+        for name, value in fields:
             key = name.lower()
             if key == "authorization":  # never HPACK-indexed: keeps the secret out of compression tables
                 headers.append(cast("tuple[str, str]", NeverIndexedHeaderTuple(key, value)))

@@ -8,8 +8,11 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+import pyqwest
 import pytest
+from hpack import NeverIndexedHeaderTuple
 
+from conveyor_sdk._client.h2transport import H2Transport
 from conveyor_sdk.client import Client, RetryConfig
 from conveyor_sdk.errors import DeadlineExceeded, Unavailable
 from conveyor_server_min.testing import ServerProcess
@@ -242,3 +245,33 @@ def test_tls_untrusted_certificate(tmp_path: Path, server_factory: Callable[...,
             assert (await client.enqueue("tls")).type == "tls"
 
     asyncio.run(main())
+
+
+def test_header_lists_are_built_once_per_distinct_request() -> None:
+    """A repeated request reuses its header list; authorization stays never-indexed, hop-by-hop fields go."""
+    transport = H2Transport("http://h:1")
+
+    def request(path: str, **headers: str) -> pyqwest.Request:
+        return pyqwest.Request("POST", f"http://h:1{path}", headers=pyqwest.Headers(list(headers.items())))
+
+    first = transport._headers(request("/a/b", Authorization="Bearer x", Connection="close", X_A="1"))
+    assert first == [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/a/b"),
+        (":authority", "h:1"),
+        ("authorization", "Bearer x"),
+        ("x_a", "1"),
+    ]
+    assert isinstance(first[4], NeverIndexedHeaderTuple)
+    assert transport._headers(request("/a/b", Authorization="Bearer x", Connection="close", X_A="1")) is first
+    other = transport._headers(request("/a/b", Authorization="Bearer y", Connection="close", X_A="1"))
+    assert other[4] == ("authorization", "Bearer y")
+    assert transport._headers(request("/c")) == [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/c"),
+        (":authority", "h:1"),
+    ]
+    with pytest.raises(Unavailable, match="only talks to"):
+        transport._headers(pyqwest.Request("POST", "http://elsewhere:2/a"))
