@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import cast
 
 import h2.config
 import h2.events
@@ -111,8 +112,7 @@ class H2Conn(asyncio.Protocol):
     # ---- asyncio.Protocol ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
         self.h2.initiate_connection()
         self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self.flush()

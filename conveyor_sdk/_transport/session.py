@@ -289,6 +289,5 @@ async def open_session(
     except (OSError, TimeoutError) as exc:
         raise _connect.connect_error(exc, target) from None
     _connect.check_alpn(transport, target)
-    assert isinstance(transport, asyncio.Transport)
     stream._attach(transport)
     return stream

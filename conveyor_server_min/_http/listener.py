@@ -14,7 +14,7 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .h1conn import H1Connection
 from .h2conn import H2Connection
@@ -149,8 +149,7 @@ class HttpProtocol(asyncio.Protocol):
         self._shutdown = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         client = str(peer[0]) if isinstance(peer, tuple) else str(peer)
