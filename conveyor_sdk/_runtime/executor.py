@@ -109,6 +109,9 @@ class ProcessExecutor(Fleet):
                 return [Outcome(OutcomeKind.RELEASED, "worker stopping") for _ in job.tasks]
             await asyncio.sleep(0.01)
             child = pool.pick()
+        # The RunJob leaves first: the child's wake-up then overlaps the bookkeeping below. Its
+        # JobDone is read on a later loop turn, after ``running`` is registered.
+        child.send(pipe.job_to_msg(job))
         loop = asyncio.get_running_loop()
         running = RunningJob(job, control, child, loop.create_future(), time.monotonic())
         running.started_wall = time.time()
@@ -116,7 +119,6 @@ class ProcessExecutor(Fleet):
         child.jobs[job.job_id] = running
         pool.book.acquire(job.queue, job.job_id)
         self.observer.job_started(job, child)
-        child.send(pipe.job_to_msg(job))
         try:
             outcomes = await running.future
         finally:
