@@ -4,7 +4,7 @@ Every handler's first line takes ``time.monotonic_ns()`` (CLOCK_MONOTONIC, the s
 in every process on the machine) and appends ``<payload> <ns>`` to the file named by
 ``LAT_OUT``. The payload is the producer's sequence number as ASCII.
 
-Run one directly:  python bench/_latency_workers.py ours|floor|conveyorq|grpc URL QUEUE
+Run one directly:  python bench/_latency_workers.py ours|ours-uvloop|floor|conveyorq|grpc URL QUEUE
 The runtime variant is ``conveyor worker bench._latency_workers:app`` (the module-level ``app``).
 """
 
@@ -147,9 +147,15 @@ async def run_grpc(url: str, queue: str) -> None:
 
 def main() -> None:
     kind, url, queue = sys.argv[1:4]
-    runner = {"ours": run_ours, "floor": run_floor, "conveyorq": run_conveyorq, "grpc": run_grpc}[kind]
+    runners = {"ours": run_ours, "ours-uvloop": run_ours, "floor": run_floor}
+    runners |= {"conveyorq": run_conveyorq, "grpc": run_grpc}
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(runner(url, queue))
+        if kind == "ours-uvloop":  # our Worker's blocking entry point, on uvloop
+            from conveyor_sdk.worker import Worker
+
+            Worker(url, queues={queue: 1}, concurrency=8).run_sync(make_registry(), loop="uvloop")  # type: ignore[arg-type]
+        else:
+            asyncio.run(runners[kind](url, queue))
 
 
 if __name__ == "__main__":

@@ -57,10 +57,11 @@ WORKERS = ROOT / "bench" / "_latency_workers.py"
 
 
 def command(kind: str, url: str, queue: str, conveyorq_python: str | None) -> list[str]:
-    if kind == "runtime":
+    if kind in ("runtime", "runtime-asyncio"):
         conveyor = str(Path(sys.executable).with_name("conveyor"))
+        loop = "asyncio" if kind == "runtime-asyncio" else "auto"
         return [conveyor, "worker", "bench._latency_workers:app", "--server", url,
-                "-q", f"{queue}=1", "--processes", "1"]  # fmt: skip
+                "-q", f"{queue}=1", "--processes", "1", "--loop", loop]  # fmt: skip
     python = conveyorq_python if kind == "conveyorq" and conveyorq_python else sys.executable
     return [python, str(WORKERS), kind, url, queue]
 
@@ -210,7 +211,8 @@ def main() -> None:
     ap.add_argument("--gap-ms", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--conveyorq-python", default=None)
-    ap.add_argument("--kinds", default="floor,ours,runtime,grpc,conveyorq")
+    ap.add_argument("--kinds", default="floor,ours,ours-uvloop,runtime,grpc,conveyorq")
+    ap.add_argument("--server-loop", default="auto", help="the reference server's --loop (auto = uvloop)")
     ap.add_argument("--pin", action="store_true", help="workers on the last CPU, producer+server on the rest")
     ap.add_argument("--sequential", action="store_true", help="one worker at a time, not interleaved")
     args = ap.parse_args()
@@ -227,9 +229,9 @@ def main() -> None:
     pin_note = f"; workers pinned to CPU {sorted(pinned[1])}" if pinned else ""
     mode = "one worker at a time" if args.sequential else "workers interleaved"
     print(f"{args.tasks} tasks per worker, one task every {args.gap_ms:g} ms, {args.rounds} rounds, {mode}"
-          f"{pin_note}; ms")  # fmt: skip
+          f"{pin_note}; server loop {args.server_loop}; ms")  # fmt: skip
     worker_cpus = pinned[1] if pinned else None
-    with ServerProcess(["--dev"]) as server:
+    with ServerProcess(["--dev", "--loop", args.server_loop]) as server:
         for r in range(args.rounds):
             groups = [[k] for k in kinds] if args.sequential else [kinds]
             for group in groups:
@@ -237,14 +239,14 @@ def main() -> None:
                 for kind in group:
                     res = got[kind]
                     rows[kind].append(res)
-                    print(f"  round {r + 1}: {kind:<10} p50 {res['p50']:.3f}  p90 {res['p90']:.3f}"
+                    print(f"  round {r + 1}: {kind:<15} p50 {res['p50']:.3f}  p90 {res['p90']:.3f}"
                           f"  p99 {res['p99']:.3f}", flush=True)  # fmt: skip
-    print(f"{'worker':<12}{'p50':>9}{'p90':>9}{'p99':>9}   (median of rounds)")
+    print(f"{'worker':<17}{'p50':>9}{'p90':>9}{'p99':>9}   (median of rounds)")
     med = {k: {p: statistics.median(x[p] for x in v) for p in ("p50", "p90", "p99")} for k, v in rows.items()}
     floor = med.get("floor")
     for kind, m in med.items():
         above = "" if floor is None or kind == "floor" else f"   {m['p50'] - floor['p50']:.3f} above floor"
-        print(f"{kind:<12}{m['p50']:>9.3f}{m['p90']:>9.3f}{m['p99']:>9.3f}{above}")
+        print(f"{kind:<17}{m['p50']:>9.3f}{m['p90']:>9.3f}{m['p99']:>9.3f}{above}")
     base = "conveyorq" if "conveyorq" in med else "grpc" if "grpc" in med else None
     if base is not None:
         for kind in med:
