@@ -147,13 +147,12 @@ def _root_dashboard(config: Any, auth: str | None) -> Callable[[str], Any]:
 
 
 def _run_with_dashboard(config: Any, dashboard: dict[str, Any], at_root: bool) -> int:
-    import asyncio
-
     from conveyor_cli.dashboard.serve import serve_beside
+    from conveyor_sdk._transport import eventloop
 
     host = dashboard["dashboard_host"] or "127.0.0.1"
     port, auth = dashboard["dashboard_port"], dashboard["dashboard_auth_token"]
-    return asyncio.run(serve_beside(config, host, port, auth, at_root=at_root))
+    return eventloop.run(serve_beside(config, host, port, auth, at_root=at_root), config.loop)
 
 
 def server_command() -> Callable[..., None]:

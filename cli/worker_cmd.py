@@ -6,7 +6,6 @@ the runtime lives in ``conveyor_sdk._runtime``.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import sys
@@ -159,6 +158,15 @@ def register(app: typer.Typer) -> None:
                 help="Keep the embedded server's tasks in this SQLite file (survives restarts).",
             ),
         ] = None,
+        loop: Annotated[
+            str,
+            typer.Option(
+                "--loop",
+                envvar="CONVEYOR_LOOP",
+                help="Event loop of the supervisor and its children: auto (uvloop when installed), "
+                "asyncio or uvloop.",
+            ),
+        ] = "auto",
     ) -> None:
         code = run_worker_command(
             app_spec,
@@ -179,6 +187,7 @@ def register(app: typer.Typer) -> None:
             demo=demo,
             key_file=key_file,
             embedded_db=embedded_db,
+            loop=loop,
         )
         raise typer.Exit(code)
 
@@ -203,10 +212,13 @@ def run_worker_command(
     embedded_db: str | None = None,
     log_level: str = "info",
     metrics_host: str = "127.0.0.1",
+    loop: str = "auto",
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
     from conveyor_sdk._runtime.logs import parse_level
     from conveyor_sdk._runtime.supervisor import SupervisorConfig
+    from conveyor_sdk._transport import eventloop
+    from conveyor_sdk.errors import InvalidArgument
 
     if log_format not in ("text", "json"):
         fail(f"--log-format must be text or json, got {log_format!r}")
@@ -221,11 +233,12 @@ def run_worker_command(
         _in_range("--max-tasks-per-child", max_tasks_per_child, 0)
         _in_range("--max-memory-per-child", max_memory_per_child, 0)
         _check_metrics_port(metrics_host, metrics_port)
+        eventloop.resolve(loop)
         if not server:
             from conveyor_sdk._runtime.embedded import preferred_port
 
             preferred_port()
-    except ValueError as exc:
+    except (ValueError, InvalidArgument) as exc:
         fail(str(exc))
     registry = _load(app_spec, log_format, level)
     try:
@@ -256,6 +269,7 @@ def run_worker_command(
         live=sys.stderr.isatty() and log_format == "text",
         encryption=encryption,
         embedded_db=embedded_db or None,
+        loop=loop,
     )
     return _serve(config, registry)
 
@@ -310,6 +324,7 @@ def _serve(config: SupervisorConfig, registry: Registry) -> int:
     """Spawn children and the embedded server, run the loop, clean up; returns the exit code."""
     from conveyor_sdk._runtime.embedded import EmbeddedServerError
     from conveyor_sdk._runtime.supervisor import EXIT_CONFIG, EXIT_SERVER, MetricsUnavailable, Supervisor
+    from conveyor_sdk._transport import eventloop
 
     module = sys.modules.get(config.app.partition(":")[0])
     sup = Supervisor(config, registry, getattr(module, "__file__", None))
@@ -321,7 +336,7 @@ def _serve(config: SupervisorConfig, registry: Registry) -> int:
         if sup.embedded is not None:
             _announce(sup.server_url, config.log_format)
         try:
-            return asyncio.run(sup.run())
+            return eventloop.run(sup.run(), config.loop)
         except MetricsUnavailable as exc:
             fail(str(exc), EXIT_CONFIG)
     finally:

@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from conveyor_sdk._transport import eventloop
 from conveyor_sdk.durations import parse_duration
+from conveyor_sdk.errors import InvalidArgument
 from conveyor_server_min._http.limits import HttpLimits
 from conveyor_server_min.service_api import EngineConfig
 
@@ -53,6 +55,9 @@ OPTIONS: tuple[Option, ...] = (
         metavar="TOKEN",
     ),
     Option("dev", "--dev", "bool", "Development mode: authentication off unless tokens are given."),
+    Option(
+        "loop", "--loop", "str", "Event loop: auto (uvloop when installed, the default), asyncio or uvloop."
+    ),
     Option("lease_ttl", "--lease-ttl", "duration", "Lease length (default 60s).", _E + "LEASE_TTL"),
     Option(
         "reap_interval", "--reap-interval", "duration", "Lease reaper period (15s).", _E + "REAP_INTERVAL"
@@ -150,6 +155,7 @@ class ServerConfig:
     http: HttpLimits = field(default_factory=HttpLimits)  # timeouts and per-client caps
     shutdown_grace: float = 3.0  # total budget for a graceful stop (sessions end, streams drain)
     db: str | None = None  # SQLite file of the durable store; None = in-memory broker
+    loop: str = "auto"  # event loop (conveyor_sdk._transport.eventloop): auto | asyncio | uvloop
 
     @property
     def tls(self) -> bool:
@@ -235,6 +241,7 @@ def build_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None)
         engine=engine,
         db=values.get("db") or None,
         http=http,
+        loop=values.get("loop", "auto"),
     )
 
 
@@ -248,6 +255,10 @@ def _validate(values: Mapping[str, Any]) -> None:
     if values.get("group_max_size", 1) < 1:
         raise ConfigError("--group-max-size must be at least 1")
     _validate_tls(values.get("tls_cert"), values.get("tls_key"))
+    try:
+        eventloop.resolve(values.get("loop", "auto"))
+    except InvalidArgument as exc:
+        raise ConfigError(f"--loop: {exc.message}") from None
     if not values.get("token") and not values.get("dev") and not values.get("allow_unauthenticated"):
         raise ConfigError(
             "refusing to start without authentication: pass --token (or set CONVEYOR_API__AUTH_TOKENS), "

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from conveyor_sdk._transport import eventloop
 from conveyor_server_min.config import ServerConfig
 from conveyor_server_min.service_api import EngineConfig, ServiceSet
 
@@ -129,7 +130,12 @@ class Server:
             except BaseException:
                 await self.stop()
                 raise
-        log.info("serving on %s (auth %s)", self.url, "on" if config.tokens else "off")
+        log.info(
+            "serving on %s (auth %s, event loop %s)",
+            self.url,
+            "on" if config.tokens else "off",
+            eventloop.loop_kind(asyncio.get_running_loop()),
+        )
         return self.url
 
     async def _start_web(self, router: Router, address: tuple[str, int]) -> None:
@@ -226,4 +232,4 @@ def run(config: ServerConfig, web: WebFactory | None = None) -> int:
 
     ``web``: an ASGI application factory served on the same port (see :class:`Server`).
     """
-    return asyncio.run(_serve(config, web))
+    return eventloop.run(_serve(config, web), config.loop)

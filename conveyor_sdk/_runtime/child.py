@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from conveyor_sdk._runtime import pipe
 from conveyor_sdk._runtime.appload import AppLoadError, load_app
 from conveyor_sdk._runtime.outbox import Outbox
+from conveyor_sdk._transport import eventloop
 from conveyor_sdk._worker.context import CancelSignal, ProgressSink
 from conveyor_sdk._worker.executor import CancelReason, Outcome, OutcomeKind
 from conveyor_sdk._worker.invoke import invoke_async
@@ -231,6 +232,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--code-root", default="")
     parser.add_argument("--forward-output", action="store_true")
+    parser.add_argument("--loop", default="auto", choices=eventloop.LOOPS)
     return parser.parse_args(argv)
 
 
@@ -252,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     child = ChildLoop(registry, args.rfd, args.wfd, capacity=max(1, args.capacity), beat=args.beat)
     try:
-        asyncio.run(child.serve())
+        eventloop.run(child.serve(), args.loop)
     finally:
         for stream in streams:
             stream.close_line()

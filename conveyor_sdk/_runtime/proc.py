@@ -58,6 +58,7 @@ class ChildArgs:
     log_level: str = "info"
     source_root: str = ""  # the app's folder; its .py files are copied as the last good code
     import_root: str = ""  # a folder put first on the child's sys.path (a last-good-code copy)
+    loop: str = "auto"  # the child's event loop (see eventloop.py)
 
 
 @dataclass(slots=True)
@@ -162,6 +163,7 @@ class ChildProc:
             "--log-format", self.args.log_format,
             "--parent", str(os.getpid()),
             "--log-level", self.args.log_level,
+            "--loop", self.args.loop,
         ]  # fmt: skip
         if self.args.forward_stderr:
             cmd.append("--forward-output")

@@ -33,6 +33,7 @@ from conveyor_sdk._runtime.metrics import Metrics, MetricsServer
 from conveyor_sdk._runtime.pools import DEFAULT_POOL, PoolSpec, plan_pools
 from conveyor_sdk._runtime.proc import ChildArgs
 from conveyor_sdk._runtime.reload import app_directory, discard_snapshot, watch
+from conveyor_sdk._transport import eventloop
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk.errors import ConveyorError
 
@@ -87,6 +88,7 @@ class SupervisorConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     encryption: Any = None  # opens sealed payloads here, in the supervisor (children get plaintext)
     embedded_db: str | None = None  # SQLite file for the embedded server (--embedded-db)
+    loop: str = "auto"  # event loop of the supervisor and its children: auto | asyncio | uvloop
 
 
 class Supervisor:
@@ -153,15 +155,17 @@ class Supervisor:
                 log_format=cfg.log_format,
                 forward_stderr=cfg.live,
                 log_level=cfg.log_level,
+                loop=eventloop.resolve(cfg.loop),
                 source_root=str(app_directory(self.module_file)) if self.module_file else "",
             )
             self.executor = ProcessExecutor(args, pools, options, self.metrics)
             self.executor.spawn()
             log.info(
-                "started %d child processes (%s), %d slots each",
+                "started %d child processes (%s), %d slots each, event loop %s",
                 sum(p.processes for p in pools),
                 ", ".join(f"{p.name}: {'+'.join(p.queues)} x{p.processes}" for p in pools),
                 per_child,
+                args.loop,
             )
         if not cfg.server:
             db = ("--db", cfg.embedded_db) if cfg.embedded_db else ()

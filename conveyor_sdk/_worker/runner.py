@@ -20,7 +20,7 @@ from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor
 from conveyor_sdk._protocol.backoff import Backoff
 from conveyor_sdk._protocol.hello import SessionConfig
 from conveyor_sdk._protocol.session import WorkerSession
-from conveyor_sdk._transport import TLSOptions, TransportOptions, open_session
+from conveyor_sdk._transport import TLSOptions, TransportOptions, eventloop, open_session
 from conveyor_sdk._worker.driver import Driver
 from conveyor_sdk._worker.executor import Executor
 from conveyor_sdk._worker.local import LocalExecutor
@@ -184,9 +184,13 @@ class Worker:
                 self._loop = self._driver = None
                 self._last_counters = dict(driver.counters)
 
-    def run_sync(self, registry: Registry) -> None:
-        """Blocking run. SIGTERM/SIGINT: first = drain, second = release at once."""
-        asyncio.run(self._run_with_signals(registry))
+    def run_sync(self, registry: Registry, *, loop: str = "auto") -> None:
+        """Blocking run. SIGTERM/SIGINT: first = drain, second = release at once.
+
+        ``loop``: ``auto`` (uvloop when it is installed, else asyncio), ``asyncio`` or ``uvloop``;
+        an unknown name, or ``uvloop`` where it is missing, raises InvalidArgument.
+        """
+        eventloop.run(self._run_with_signals(registry), loop)
 
     async def _run_with_signals(self, registry: Registry) -> None:
         loop = asyncio.get_running_loop()
