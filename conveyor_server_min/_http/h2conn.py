@@ -270,11 +270,13 @@ class H2Connection:
     def ack(self, stream_id: int, flow: int) -> None:
         """Hand ``flow`` consumed bytes back to the peer's windows."""
         if flow and not self._closed:
+            queued = len(self.h2._data_to_send)
             try:
                 self.h2.acknowledge_received_data(flow, stream_id)
             except h2.exceptions.H2Error:
                 return
-            self._schedule_flush()
+            if len(self.h2._data_to_send) != queued:  # a WINDOW_UPDATE: h2 sends one only now and then
+                self._schedule_flush()
 
     def send_headers(self, st: H2Stream, headers: list[tuple[str, str]], end: bool) -> None:
         if self._closed:
