@@ -45,7 +45,8 @@ import h2.exceptions
 import h2.settings
 from h2.connection import ConnectionState
 from h2.events import DataReceived, RequestReceived, StreamEnded
-from h2.stream import H2Stream, H2StreamStateMachine, StreamInputs, StreamState, _transitions
+from h2.stream import STREAM_OPEN, H2Stream, H2StreamStateMachine, StreamInputs, StreamState, _transitions
+from h2.windows import WindowManager
 
 from conveyor_sdk._transport.hpackfast import FastDecoder
 
@@ -53,7 +54,7 @@ from .h2guard import HEADER_COST, GuardedFrameBuffer
 from .h2stream import RefusingConnection
 from .limits import HttpLimits
 
-__all__ = ["new_server_h2", "send_data", "take_frames"]
+__all__ = ["acknowledge", "new_server_h2", "send_data", "take_frames"]
 
 _DATA, _HEADERS = 0x0, 0x1
 _END_STREAM, _END_HEADERS = 0x1, 0x4
@@ -304,3 +305,31 @@ def send_data(conn: h2.connection.H2Connection, stream_id: int, data: bytes | by
     out += data
     stream.outbound_flow_control_window -= size
     conn.outbound_flow_control_window -= size
+
+
+def acknowledge(conn: h2.connection.H2Connection, stream_id: int, size: int) -> None:
+    """``conn.acknowledge_received_data(size, stream_id)``, with the bytes only counted when that would
+    reopen neither the connection's window nor the stream's (h2 hands space back only once half a
+    window or so is consumed, so for most reads it only counts). Anything else, and every error, is
+    h2's.
+    """
+    stream = conn.streams.get(stream_id)
+    connection = conn._inbound_flow_control_window_manager
+    if size <= 0 or stream is None or _reopens(connection, size):
+        conn.acknowledge_received_data(size, stream_id)
+        return
+    own = stream._inbound_window_manager if STREAM_OPEN[stream.state_machine.state] else None
+    if own is not None and _reopens(own, size):
+        conn.acknowledge_received_data(size, stream_id)
+        return
+    connection._bytes_processed += size
+    if own is not None:
+        own._bytes_processed += size
+
+
+def _reopens(window: WindowManager, size: int) -> bool:
+    """Whether ``window.process_bytes(size)`` would return an increment (h2's _maybe_update_window)."""
+    processed = window._bytes_processed + size
+    return (
+        window.current_window_size == 0 and processed > min(1024, window.max_window_size // 4)
+    ) or processed >= window.max_window_size // 2

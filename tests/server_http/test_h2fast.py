@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conveyor_server_min._http.h2fast import new_server_h2, send_data, take_frames
+from conveyor_server_min._http.h2fast import acknowledge, new_server_h2, send_data, take_frames
 from conveyor_server_min._http.h2guard import FRAMES_PER_TURN
 from conveyor_server_min._http.limits import HttpLimits
 
@@ -56,7 +56,7 @@ class Side:
         return (
             conn.state_machine.state,
             conn.highest_inbound_stream_id,
-            conn.inbound_flow_control_window,
+            vars(conn._inbound_flow_control_window_manager),
             streams,
             dict(conn._closed_streams),
             list(conn.decoder.header_table.dynamic_entries),
@@ -93,7 +93,8 @@ _BODY = st.sampled_from([0, 5, 40, 700, 1500])  # 1500: beyond the small stream 
 
 # Client actions: ("req", extra headers, body size, end on headers, pad, huffman) | ("raw", frame)
 # | ("same", times, body size or None: the last request's headers again)
-# | ("rst",) | ("ping",) | ("window",) | ("settings",) | ("respond",) | ("ack", n)
+# | ("rst",) | ("ping",) | ("window",) | ("settings",) | ("respond",)
+# | ("ack", n, on the lowest open stream | the last one opened, closed or not | one never opened)
 _REQUEST = st.tuples(
     st.just("req"),
     _encoder_headers,
@@ -120,7 +121,11 @@ _ACTION = st.one_of(
     st.tuples(st.just("window")),
     st.tuples(st.just("settings")),
     st.tuples(st.just("respond")),
-    st.tuples(st.just("ack"), st.integers(1, 800)),
+    st.tuples(
+        st.just("ack"),
+        st.one_of(st.integers(0, 800), st.sampled_from([32_767, 40_000, 600_000])),
+        st.sampled_from(["open", "open", "last", "new"]),
+    ),
 )
 
 
@@ -157,6 +162,7 @@ def _run(actions: list[tuple[Any, ...]], cuts: list[int], budget: int, window: i
     for action in actions:
         if action[0] in ("respond", "ack"):
             _server_action(sides, action)
+            assert sides[0].state() == sides[1].state()
             continue
         if action[0] == "req":
             last_request = action[1:]
@@ -206,12 +212,17 @@ def _server_action(sides: list[Side], action: tuple[Any, ...]) -> None:
     for side in sides:
         conn = side.conn
         open_ids = sorted(sid for sid, s in conn.streams.items() if not s.closed)
+        if action[0] == "ack" and action[2] != "open":
+            last = conn.highest_inbound_stream_id
+            open_ids = [last if action[2] == "last" and last else last + 2]
         try:
             if not open_ids:
                 outcomes.append(None)
                 continue
             if action[0] == "respond":
                 conn.send_headers(open_ids[0], [(":status", "200")], end_stream=True)
+            elif side.fast:
+                acknowledge(conn, open_ids[0], action[1])
             else:
                 conn.acknowledge_received_data(action[1], open_ids[0])
             outcomes.append((open_ids[0], conn.data_to_send()))
@@ -275,6 +286,24 @@ def _same(sides: list[Side], data: bytes) -> tuple[Any, ...]:
     assert got[0] == got[1]
     assert sides[0].state()[:-1] == sides[1].state()[:-1]
     return got[0]
+
+
+@pytest.mark.parametrize("window", [1 << 20, 1000])
+def test_acknowledge_matches_h2_around_the_update_thresholds(window: int) -> None:
+    """Acknowledging bytes below, at and above where h2 reopens a window (half of it; any 1024 bytes
+    once it is empty), on open, half-closed, closed and unknown streams: same output and windows."""
+    sizes = [1, 499, 500, 1023, 1024, 1025, 32_767, 40_000, 524_288, 600_000]
+    states: list[list[tuple[Any, ...]]] = [
+        [("req", [], window, False, None, False)],  # a body that empties the stream window
+        [("req", [], 5, False, None, False)],  # half-closed (remote)
+        [("req", [], 5, False, None, False), ("respond",)],  # closed
+    ]
+    for before in states:
+        for target in ("open", "last", "new"):
+            for size in sizes:
+                _run(
+                    [*before, ("ack", size, target), ("ack", size, target), ("ack", 1, target)], [], 9, window
+                )
 
 
 def test_informational_status_in_a_request_is_left_to_h2() -> None:
