@@ -213,7 +213,7 @@ def build_task(
         enqueued_at=now,
         payload=req.payload,
         content_type=req.content_type,
-        metadata=dict(req.metadata),
+        metadata=dict(req.metadata) if req.metadata else {},  # dict(map) walks Mapping.keys() in Python
         max_retry=req.max_retry or default_max_retry,
         priority=req.priority or DEFAULT_PRIORITY,
         timeout=times.timeout,
