@@ -80,16 +80,20 @@ class Engine:
 
         ``view`` (e.g. the TaskInfo encoder) sees the task as committed, in its initial state, before
         anything is dispatched (protocol §6.1); without it the live task object is returned.
+        ``view`` runs after the dispatch, on a :meth:`~Task.snapshot` taken before it, so that
+        encoding the reply does not delay a Dispatch to an idle worker.
         """
         now = self.now()
         if self.broker.get(task.id) is not None:
             raise AlreadyExists(f"task {task.id} already exists")
         self._check_unique([task], now)
         self._commit(task, now)
-        try:
-            return task if view is None else view(task)
-        finally:
+        if view is None:
             self._after_commit(now)
+            return task
+        committed = task.snapshot()
+        self._after_commit(now)
+        return view(committed)
 
     @overload
     def enqueue_tx(self, tasks: Sequence[Task]) -> list[Task]: ...
@@ -98,7 +102,8 @@ class Engine:
     def enqueue_tx(self, tasks: Sequence[Task], view: Callable[[Task], Any] | None = None) -> list[Any]:
         """Commit all or nothing. Existing / repeated ids are no-ops that return the stored task.
 
-        ``view`` sees every task after the commit and before any dispatch, as for :meth:`enqueue`.
+        ``view`` sees every task as it was after the commit and before any dispatch, as for
+        :meth:`enqueue`.
         """
         now = self.now()
         fresh: list[Task] = []
@@ -113,10 +118,9 @@ class Engine:
         self._check_unique(fresh, now)
         for task in fresh:
             self._commit(task, now)
-        try:
-            return out if view is None else [view(task) for task in out]
-        finally:
-            self._after_commit(now)
+        committed = out if view is None else [task.snapshot() for task in out]
+        self._after_commit(now)
+        return committed if view is None else [view(task) for task in committed]
 
     def _check_unique(self, tasks: Iterable[Task], now: int) -> None:
         claimed: set[str] = set()

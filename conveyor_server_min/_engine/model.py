@@ -8,7 +8,8 @@ Every instant and duration is an ``int`` of nanoseconds (see :mod:`.clock`).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+import operator
+from dataclasses import dataclass, field, fields
 
 __all__ = [
     "INCOMPLETE",
@@ -141,6 +142,17 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task(id={self.id!r}, queue={self.queue!r}, type={self.type!r}, state={self.state.name})"
+
+    def snapshot(self) -> Task:
+        """A copy of the row as it is now, unaffected by later changes to this one (its dicts are
+        copied; every other field is immutable)."""
+        copy = Task(*_task_values(self))
+        copy.metadata = dict(self.metadata)
+        copy.waiting_on = dict(self.waiting_on)
+        return copy
+
+
+_task_values = operator.attrgetter(*(f.name for f in fields(Task)))  # in __init__ order
 
 
 @dataclass(frozen=True, slots=True)

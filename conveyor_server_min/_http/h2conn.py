@@ -34,7 +34,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from .h2fast import new_server_h2, send_data, take_frames
+from .h2fast import acknowledge, new_server_h2, send_data, take_frames
 from .h2guard import FRAMES_PER_TURN
 from .h2stream import HIGH_WATER, H2Stream, header_dict
 from .inline import start_inline
@@ -270,11 +270,13 @@ class H2Connection:
     def ack(self, stream_id: int, flow: int) -> None:
         """Hand ``flow`` consumed bytes back to the peer's windows."""
         if flow and not self._closed:
+            queued = len(self.h2._data_to_send)
             try:
-                self.h2.acknowledge_received_data(flow, stream_id)
+                acknowledge(self.h2, stream_id, flow)
             except h2.exceptions.H2Error:
                 return
-            self._schedule_flush()
+            if len(self.h2._data_to_send) != queued:  # a WINDOW_UPDATE: h2 sends one only now and then
+                self._schedule_flush()
 
     def send_headers(self, st: H2Stream, headers: list[tuple[str, str]], end: bool) -> None:
         if self._closed:

@@ -17,14 +17,21 @@ unusual and leaves every other frame, and everything after it, to h2:
 * a DATA frame (END_STREAM allowed, no padding) on a stream that is open for
   reading.
 
-Each one goes through h2's own stream objects (``_begin_new_stream``,
-``receive_headers``, ``receive_data``) and charges the connection window, so the
-stream states, windows, content-length checks and events are h2's; what is
-skipped is the parsing, the connection state machine (a no-op for these frames in
-SERVER_OPEN) and the logging. The frame guard's budget and empty-frame count are
-kept as :class:`GuardedFrameBuffer` keeps them. A protocol error raised by a
-stream ends the connection exactly as in ``h2.connection.H2Connection.receive_data``.
-It reads h2 (4.x) internals; should they change, it takes nothing.
+Each one lands in h2's own stream objects (an ``h2.stream.H2Stream`` per request) and
+charges the connection window, so the stream states, windows, content-length checks and
+events are h2's; what is skipped is the parsing, the connection state machine (a no-op
+for these frames in SERVER_OPEN) and the logging. The frame guard's budget and
+empty-frame count are kept as :class:`GuardedFrameBuffer` keeps them. A protocol error
+raised by a stream ends the connection exactly as in
+``h2.connection.H2Connection.receive_data``. It reads h2 (4.x) internals; should they
+change, it takes nothing.
+
+The common stream steps (a request's headers opening an idle stream, data on an OPEN
+stream within its window and content-length, END_STREAM on either) are applied here
+directly, as the three rows of h2's stream transition table they are (checked against
+that table at import: :data:`_OWN_TRANSITIONS`). Anything else (a ``:status`` header,
+a half-closed stream, a window or content-length violation) goes through h2's
+``receive_headers`` / ``receive_data``, which raise where they must.
 """
 
 from __future__ import annotations
@@ -36,8 +43,10 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
-from h2.connection import AllowedStreamIDs, ConnectionState
-from h2.stream import StreamState
+from h2.connection import ConnectionState
+from h2.events import DataReceived, RequestReceived, StreamEnded
+from h2.stream import STREAM_OPEN, H2Stream, H2StreamStateMachine, StreamInputs, StreamState, _transitions
+from h2.windows import WindowManager
 
 from conveyor_sdk._transport.hpackfast import FastDecoder
 
@@ -45,28 +54,51 @@ from .h2guard import HEADER_COST, GuardedFrameBuffer
 from .h2stream import RefusingConnection
 from .limits import HttpLimits
 
-__all__ = ["new_server_h2", "send_data", "take_frames"]
+__all__ = ["acknowledge", "new_server_h2", "send_data", "take_frames"]
 
 _DATA, _HEADERS = 0x0, 0x1
 _END_STREAM, _END_HEADERS = 0x1, 0x4
 _READABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL)
 _WRITABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE)
 _MAX_STREAM_ID = 0x7FFFFFFF  # a set reserved bit is h2's business
+_OPEN, _HALF_CLOSED_REMOTE = StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE
+# The rows of h2's stream transition table that _open_request / _take_data apply themselves.
+_OWN_TRANSITIONS = (
+    _transitions.get((StreamState.IDLE, StreamInputs.RECV_HEADERS))
+    == (
+        H2StreamStateMachine.request_received,
+        _OPEN,
+    )
+    and _transitions.get((_OPEN, StreamInputs.RECV_DATA))
+    == (
+        H2StreamStateMachine.data_received,
+        _OPEN,
+    )
+    and _transitions.get((_OPEN, StreamInputs.RECV_END_STREAM))
+    == (
+        H2StreamStateMachine.stream_half_closed,
+        _HALF_CLOSED_REMOTE,
+    )
+)
+
+
+# Header validation/normalisation in h2 costs ~15% of a unary call; we read only a few
+# headers and build our own responses, so it is switched off (framing is still checked).
+# One object for every connection (h2 only reads it): ``_headers`` knows by its identity that
+# received headers need no processing.
+_CONFIG = h2.config.H2Configuration(
+    client_side=False,
+    header_encoding=None,
+    validate_inbound_headers=False,
+    normalize_inbound_headers=False,
+    validate_outbound_headers=False,
+    normalize_outbound_headers=False,
+)
 
 
 def new_server_h2(limits: HttpLimits, stream_window: int) -> tuple[RefusingConnection, GuardedFrameBuffer]:
     """The h2 state of one server connection: settings from ``limits``, guarded frames, fast HPACK."""
-    # Header validation/normalisation in h2 costs ~15% of a unary call; we read only a few
-    # headers and build our own responses, so it is switched off (framing is still checked).
-    config = h2.config.H2Configuration(
-        client_side=False,
-        header_encoding=None,
-        validate_inbound_headers=False,
-        normalize_inbound_headers=False,
-        validate_outbound_headers=False,
-        normalize_outbound_headers=False,
-    )
-    conn = RefusingConnection(config=config)
+    conn = RefusingConnection(config=_CONFIG)
     conn.local_settings = h2.settings.Settings(
         client=False,
         initial_values={
@@ -141,8 +173,40 @@ def _data(
     buffer.empty_frames = 0
     length = len(payload)
     conn._inbound_flow_control_window_manager.window_consumed(length)
+    events = _take_data(stream, payload, bool(flags))
+    if events is not None:
+        return events
     frames, events = stream.receive_data(payload, bool(flags), length)
     conn._prepare_for_sending(frames)  # none for these frames; kept for exactness
+    return events
+
+
+def _take_data(stream: H2Stream, payload: bytes, end: bool) -> list[Any] | None:
+    """``stream.receive_data`` for unpadded data on an OPEN stream that fits its window and
+    content-length; None (nothing changed) for anything else."""
+    machine = stream.state_machine
+    windows = stream._inbound_window_manager
+    length = len(payload)
+    expected = stream._expected_content_length
+    actual = stream._actual_content_length + length
+    if (
+        not _OWN_TRANSITIONS
+        or machine.state is not _OPEN
+        or not machine.headers_received
+        or length > windows.current_window_size
+        or (expected is not None and (expected < actual or (end and expected != actual)))
+    ):
+        return None
+    windows.current_window_size -= length
+    stream._actual_content_length = actual
+    event = DataReceived(stream_id=stream.stream_id)
+    events: list[Any] = [event]
+    if end:
+        machine.state = _HALF_CLOSED_REMOTE
+        event.stream_ended = ended = StreamEnded(stream_id=stream.stream_id)
+        events.append(ended)
+    event.data = payload
+    event.flow_controlled_length = length
     return events
 
 
@@ -165,9 +229,54 @@ def _headers(
     if conn.open_inbound_streams >= conn.local_settings.max_concurrent_streams:
         return None  # the refusing path (RST_STREAM REFUSED_STREAM) is h2's
     buffer.budget -= HEADER_COST
-    stream = conn._begin_new_stream(stream_id, AllowedStreamIDs.ODD)
-    frames, events = stream.receive_headers(headers, bool(flags & _END_STREAM), conn.config.header_encoding)
+    stream = _new_stream(conn, stream_id)
+    end = bool(flags & _END_STREAM)
+    if _OWN_TRANSITIONS and conn.config is _CONFIG:
+        events = _open_request(stream, headers, end)
+        if events is not None:
+            return events
+    frames, events = stream.receive_headers(headers, end, conn.config.header_encoding)
     conn._prepare_for_sending(frames)
+    return events
+
+
+def _new_stream(conn: h2.connection.H2Connection, stream_id: int) -> H2Stream:
+    """``conn._begin_new_stream(stream_id, AllowedStreamIDs.ODD)`` for an id the caller checked: odd,
+    above every inbound id so far, on a server connection."""
+    stream = H2Stream(
+        stream_id,
+        config=conn.config,
+        inbound_window_size=conn.local_settings.initial_window_size,
+        outbound_window_size=conn.remote_settings.initial_window_size,
+    )
+    stream.max_outbound_frame_size = conn.max_outbound_frame_size
+    conn.streams[stream_id] = stream
+    conn.highest_inbound_stream_id = stream_id
+    return stream
+
+
+def _open_request(stream: H2Stream, headers: list[Any], end: bool) -> list[Any] | None:
+    """``stream.receive_headers`` (no header processing configured) for a request on a new stream;
+    None (nothing changed) when a ``:status`` field makes it something h2 must judge."""
+    length_given = False
+    for name, _ in headers:
+        if name == b":status":
+            return None
+        if name == b"content-length":
+            length_given = True
+    machine = stream.state_machine
+    machine.state = _OPEN
+    machine.client = False
+    machine.headers_received = True
+    event = RequestReceived(stream_id=stream.stream_id)
+    events: list[Any] = [event]
+    if end:
+        machine.state = _HALF_CLOSED_REMOTE
+        event.stream_ended = ended = StreamEnded(stream_id=stream.stream_id)
+        events.append(ended)
+    if length_given:
+        stream._initialize_content_length(headers)  # raises on a bad value, as in receive_headers
+    event.headers = list(headers)
     return events
 
 
@@ -196,3 +305,31 @@ def send_data(conn: h2.connection.H2Connection, stream_id: int, data: bytes | by
     out += data
     stream.outbound_flow_control_window -= size
     conn.outbound_flow_control_window -= size
+
+
+def acknowledge(conn: h2.connection.H2Connection, stream_id: int, size: int) -> None:
+    """``conn.acknowledge_received_data(size, stream_id)``, with the bytes only counted when that would
+    reopen neither the connection's window nor the stream's (h2 hands space back only once half a
+    window or so is consumed, so for most reads it only counts). Anything else, and every error, is
+    h2's.
+    """
+    stream = conn.streams.get(stream_id)
+    connection = conn._inbound_flow_control_window_manager
+    if size <= 0 or stream is None or _reopens(connection, size):
+        conn.acknowledge_received_data(size, stream_id)
+        return
+    own = stream._inbound_window_manager if STREAM_OPEN[stream.state_machine.state] else None
+    if own is not None and _reopens(own, size):
+        conn.acknowledge_received_data(size, stream_id)
+        return
+    connection._bytes_processed += size
+    if own is not None:
+        own._bytes_processed += size
+
+
+def _reopens(window: WindowManager, size: int) -> bool:
+    """Whether ``window.process_bytes(size)`` would return an increment (h2's _maybe_update_window)."""
+    processed = window._bytes_processed + size
+    return (
+        window.current_window_size == 0 and processed > min(1024, window.max_window_size // 4)
+    ) or processed >= window.max_window_size // 2

@@ -13,7 +13,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk.errors import InvalidArgument
-from conveyor_server_min._engine.clock import NANOS, clamp, from_parts, in_range, to_parts
+from conveyor_server_min._engine.clock import MAX_INSTANT, MIN_INSTANT, NANOS, clamp, from_parts, in_range
 from conveyor_server_min._engine.model import Task, TaskEvent
 
 __all__ = [
@@ -40,7 +40,9 @@ _RANGE = "0001-01-01T00:00:00Z..9999-12-31T23:59:59.999999999Z"
 def timestamp(instant: int) -> timestamp_pb2.Timestamp:
     """An engine instant (epoch nanoseconds) as a Timestamp, exactly; clamped into the valid range so
     encoding never fails (every stored instant is already in range)."""
-    seconds, nanos = to_parts(clamp(instant))
+    if not MIN_INSTANT <= instant <= MAX_INSTANT:  # clamp() and to_parts(), inline: a hot path
+        instant = clamp(instant)
+    seconds, nanos = divmod(instant, NANOS)
     return timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
 
 
@@ -141,7 +143,9 @@ def task_info_safe(task: Task) -> pb.TaskInfo:
 
 def set_timestamp(msg: timestamp_pb2.Timestamp, instant: int) -> None:
     """Write an engine instant into an existing Timestamp field in place (as :func:`timestamp`)."""
-    msg.seconds, msg.nanos = to_parts(clamp(instant))
+    if not MIN_INSTANT <= instant <= MAX_INSTANT:  # as in timestamp()
+        instant = clamp(instant)
+    msg.seconds, msg.nanos = divmod(instant, NANOS)
 
 
 def _set_duration(msg: duration_pb2.Duration, nanos: int) -> None:

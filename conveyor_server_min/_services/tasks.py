@@ -1,7 +1,7 @@
 """TaskService: Enqueue, EnqueueBatch, EnqueueTx, GetTask.
 
-Enqueue replies are encoded at commit, before dispatch: they show the initial state (§6.1) even when an
-idle worker takes the task at once.
+Enqueue replies describe the task as committed, before dispatch: they show the initial state (§6.1) even
+when an idle worker takes the task at once (the engine encodes them from a snapshot, after the Dispatch).
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def _check(req: pb.EnqueueRequest, queue: str, present: frozenset[str]) -> None:
         raise InvalidArgument(
             f"a task may depend on at most {MAX_DEPENDENCIES} tasks, got {len(req.depends_on)}"
         )
-    if any(not dep.task_id for dep in req.depends_on):
+    if req.depends_on and not all([dep.task_id for dep in req.depends_on]):
         raise InvalidArgument("a dependency must name a task id")
 
 
@@ -192,13 +192,17 @@ def _policy(value: int) -> FailurePolicy:
         return FailurePolicy.BLOCK
 
 
+def _dependencies(req: pb.EnqueueRequest) -> tuple[Dependency, ...]:
+    return tuple([Dependency(d.task_id, _policy(d.on_failure)) for d in req.depends_on])
+
+
 def build_task(
     req: pb.EnqueueRequest, *, now: int, new_id: Callable[[], str], default_max_retry: int
 ) -> Task:
     """Validate ``req`` (upstream checks in upstream order, then sizes, then times) and return the task
     with server defaults applied. Every failure is InvalidArgument; nothing is committed here."""
     queue = req.queue or DEFAULT_QUEUE
-    present = frozenset(field.name for field, _ in req.ListFields())
+    present = frozenset([field.name for field, _ in req.ListFields()])  # a list: no generator resumes
     _check(req, queue, present)
     _check_sizes(req)
     times = _times(req, now, present)
@@ -209,7 +213,7 @@ def build_task(
         enqueued_at=now,
         payload=req.payload,
         content_type=req.content_type,
-        metadata=dict(req.metadata),
+        metadata=dict(req.metadata) if req.metadata else {},  # dict(map) walks Mapping.keys() in Python
         max_retry=req.max_retry or default_max_retry,
         priority=req.priority or DEFAULT_PRIORITY,
         timeout=times.timeout,
@@ -220,7 +224,7 @@ def build_task(
         retention=times.retention,
         group=req.group,
         expires_at=times.expires_at,
-        depends_on=tuple(Dependency(d.task_id, _policy(d.on_failure)) for d in req.depends_on),
+        depends_on=_dependencies(req) if req.depends_on else (),
         concurrency_key=req.concurrency_key,
         retry_policy=times.retry_policy,
     )

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import fields
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_server_min._engine.clock import FakeClock
+from conveyor_server_min._engine.engine import Engine
+from conveyor_server_min._engine.model import FailurePolicy, State, Task
+from conveyor_server_min._services.convert import task_info
 from tests.server_engine._harness import Worker, call, get, make
 
 S = tpb.TaskState
@@ -76,3 +81,62 @@ def test_tx_group_fill_replies_aggregating_for_every_member() -> None:
         await w.close()
 
     asyncio.run(main())
+
+
+def _engine_with_idle_worker(log: list[str]) -> Engine:
+    engine = Engine(clock=FakeClock())
+    session = engine.open_session(
+        queues={"q": 1}, concurrency=4, sink=lambda action: log.append(f"dispatch {action.task.id}")
+    )
+    engine.start_session(session)
+    return engine
+
+
+def _task(task_id: str) -> Task:
+    return Task(id=task_id, queue="q", type="t", enqueued_at=0, payload=b"p", metadata={"k": "v"})
+
+
+def test_view_runs_after_the_dispatch_on_the_committed_snapshot() -> None:
+    """Engine.enqueue / enqueue_tx hand the Dispatch to the worker first, then encode the reply from
+    the task as committed: byte for byte what a server without workers answers."""
+    log: list[str] = []
+    engine = _engine_with_idle_worker(log)
+    alone = Engine(clock=FakeClock())
+
+    def view(task: Task) -> bytes:
+        log.append(f"view {task.id} {task.state.name}")
+        return task_info(task).SerializeToString()
+
+    def quiet(task: Task) -> bytes:
+        return task_info(task).SerializeToString()
+
+    assert engine.enqueue(_task("a"), view) == alone.enqueue(_task("a"), quiet)
+    tx = [_task("b"), _task("c")]
+    assert engine.enqueue_tx(tx, view) == alone.enqueue_tx([_task("b"), _task("c")], quiet)
+    assert log == [
+        "dispatch a",
+        "view a PENDING",
+        "dispatch b",
+        "dispatch c",
+        "view b PENDING",
+        "view c PENDING",
+    ]
+    live = engine.get("a")
+    assert live is not None and live.state is State.ACTIVE and live.started_at is not None
+
+
+def test_snapshot_is_independent_of_the_live_row() -> None:
+    """A snapshot keeps every field, and later changes to the row (state, lease, dicts) do not reach it."""
+    task = _task("a")
+    task.waiting_on["p"] = FailurePolicy.BLOCK
+    snap = task.snapshot()
+    assert [getattr(snap, f.name) for f in fields(Task)] == [getattr(task, f.name) for f in fields(Task)]
+    task.state, task.lease_id = State.ACTIVE, 7
+    task.metadata["k2"] = "v2"
+    del task.waiting_on["p"]
+    assert (snap.state, snap.lease_id, snap.metadata, snap.waiting_on) == (
+        State.PENDING,
+        0,
+        {"k": "v"},
+        {"p": FailurePolicy.BLOCK},
+    )

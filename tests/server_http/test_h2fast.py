@@ -10,10 +10,11 @@ import h2.connection
 import h2.exceptions
 import h2.settings
 import hpack
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conveyor_server_min._http.h2fast import new_server_h2, send_data, take_frames
+from conveyor_server_min._http.h2fast import acknowledge, new_server_h2, send_data, take_frames
 from conveyor_server_min._http.h2guard import FRAMES_PER_TURN
 from conveyor_server_min._http.limits import HttpLimits
 
@@ -29,9 +30,9 @@ def _frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
 class Side:
     """One server connection fed either through the fast path or through h2 alone."""
 
-    def __init__(self, fast: bool) -> None:
+    def __init__(self, fast: bool, window: int = 1 << 20) -> None:
         self.fast = fast
-        self.conn, self.frames = new_server_h2(LIMITS, 1 << 20)
+        self.conn, self.frames = new_server_h2(LIMITS, window)
         self.conn.initiate_connection()
         self.conn.data_to_send()
         self.used = 0
@@ -51,19 +52,22 @@ class Side:
 
     def state(self) -> tuple[Any, ...]:
         conn = self.conn
-        streams = {
-            sid: (s.state_machine.state, s.inbound_flow_control_window, s._expected_content_length)
-            for sid, s in conn.streams.items()
-        }
+        streams = {sid: _stream_state(s) for sid, s in conn.streams.items()}
         return (
             conn.state_machine.state,
             conn.highest_inbound_stream_id,
-            conn.inbound_flow_control_window,
+            vars(conn._inbound_flow_control_window_manager),
             streams,
             dict(conn._closed_streams),
             list(conn.decoder.header_table.dynamic_entries),
             bytes(self.frames._data),
         )
+
+
+def _stream_state(stream: Any) -> tuple[Any, ...]:
+    """Everything an h2 stream holds: its own fields, its state machine's and its window's."""
+    own = {k: v for k, v in vars(stream).items() if k not in ("state_machine", "_inbound_window_manager")}
+    return (sorted(own.items()), vars(stream.state_machine), vars(stream._inbound_window_manager))
 
 
 def _event(e: Any) -> tuple[str, list[tuple[str, str]]]:
@@ -85,12 +89,16 @@ _encoder_headers = st.lists(
     max_size=4,
 )
 
+_BODY = st.sampled_from([0, 5, 40, 700, 1500])  # 1500: beyond the small stream window
+
 # Client actions: ("req", extra headers, body size, end on headers, pad, huffman) | ("raw", frame)
-# | ("rst",) | ("ping",) | ("window",) | ("settings",) | ("respond",) | ("ack", n)
+# | ("same", times, body size or None: the last request's headers again)
+# | ("rst",) | ("ping",) | ("window",) | ("settings",) | ("respond",)
+# | ("ack", n, on the lowest open stream | the last one opened, closed or not | one never opened)
 _REQUEST = st.tuples(
     st.just("req"),
     _encoder_headers,
-    st.sampled_from([0, 5, 40, 700]),
+    _BODY,
     st.booleans(),
     st.sampled_from([None, None, None, None, None, 0, 3]),
     st.booleans(),
@@ -99,8 +107,8 @@ _ACTION = st.one_of(
     _REQUEST,
     _REQUEST,
     _REQUEST,
-    st.tuples(st.just("same"), st.integers(1, 3)),
-    st.tuples(st.just("same"), st.integers(1, 3)),
+    st.tuples(st.just("same"), st.integers(1, 3), st.just(None)),
+    st.tuples(st.just("same"), st.integers(1, 3), _BODY),  # cached headers, another body
     st.tuples(
         st.just("raw"),
         st.sampled_from([0x0, 0x1, 0x3, 0x8, 0x9, 0x0C]),
@@ -113,7 +121,11 @@ _ACTION = st.one_of(
     st.tuples(st.just("window")),
     st.tuples(st.just("settings")),
     st.tuples(st.just("respond")),
-    st.tuples(st.just("ack"), st.integers(1, 800)),
+    st.tuples(
+        st.just("ack"),
+        st.one_of(st.integers(0, 800), st.sampled_from([32_767, 40_000, 600_000])),
+        st.sampled_from(["open", "open", "last", "new"]),
+    ),
 )
 
 
@@ -141,8 +153,8 @@ class Client:
             self.out += _frame(0x0, 0x1, sid, b"b" * body)
 
 
-def _run(actions: list[tuple[Any, ...]], cuts: list[int], budget: int) -> Side:
-    sides = [Side(True), Side(False)]
+def _run(actions: list[tuple[Any, ...]], cuts: list[int], budget: int, window: int = 1 << 20) -> Side:
+    sides = [Side(True, window), Side(False, window)]
     client = Client()
     preface, client.out = bytes(client.out), bytearray()
     assert sides[0].feed(preface, budget) == sides[1].feed(preface, budget)
@@ -150,6 +162,7 @@ def _run(actions: list[tuple[Any, ...]], cuts: list[int], budget: int) -> Side:
     for action in actions:
         if action[0] in ("respond", "ack"):
             _server_action(sides, action)
+            assert sides[0].state() == sides[1].state()
             continue
         if action[0] == "req":
             last_request = action[1:]
@@ -161,9 +174,14 @@ def _run(actions: list[tuple[Any, ...]], cuts: list[int], budget: int) -> Side:
             if p > last:
                 got = [side.feed(data[last:p], budget) for side in sides]
                 assert got[0] == got[1]
-                assert sides[0].state() == sides[1].state()
+                failed = isinstance(got[0][0], tuple)
+                # After a connection error the frames left unread are dropped (H2Connection.
+                # connection_lost): the fast path never buffers the rest of the read, h2 has.
+                assert (
+                    sides[0].state()[: -1 if failed else None] == sides[1].state()[: -1 if failed else None]
+                )
                 last = p
-                if isinstance(got[0][0], tuple):
+                if failed:
                     return sides[0]  # a connection error: both sent the same GOAWAY
     return sides[0]
 
@@ -173,8 +191,9 @@ def _write(client: Client, action: tuple[Any, ...], last_request: tuple[Any, ...
     if kind == "req":
         client.request(*action[1:])
     elif kind == "same":
+        headers, body, *rest = last_request or ((), 0)
         for _ in range(action[1] if last_request else 0):
-            client.request(*last_request)
+            client.request(headers, body if action[2] is None else action[2], *rest)
     elif kind == "raw":
         client.out += _frame(*action[1:])
     elif kind == "rst":
@@ -193,12 +212,17 @@ def _server_action(sides: list[Side], action: tuple[Any, ...]) -> None:
     for side in sides:
         conn = side.conn
         open_ids = sorted(sid for sid, s in conn.streams.items() if not s.closed)
+        if action[0] == "ack" and action[2] != "open":
+            last = conn.highest_inbound_stream_id
+            open_ids = [last if action[2] == "last" and last else last + 2]
         try:
             if not open_ids:
                 outcomes.append(None)
                 continue
             if action[0] == "respond":
                 conn.send_headers(open_ids[0], [(":status", "200")], end_stream=True)
+            elif side.fast:
+                acknowledge(conn, open_ids[0], action[1])
             else:
                 conn.acknowledge_received_data(action[1], open_ids[0])
             outcomes.append((open_ids[0], conn.data_to_send()))
@@ -212,13 +236,103 @@ def _server_action(sides: list[Side], action: tuple[Any, ...]) -> None:
     st.lists(_ACTION, min_size=2, max_size=20),
     st.one_of(st.just([]), st.lists(st.integers(min_value=0), max_size=8)),
     st.sampled_from([FRAMES_PER_TURN, 9, 2]),
+    st.sampled_from([1 << 20, 1000]),
 )
-def test_fast_path_matches_h2(actions: list[tuple[Any, ...]], cuts: list[int], budget: int) -> None:
-    """Requests (indexed or literal headers, padded, with or without body, bad content-length), raw
-    frames of any type and flags, resets, pings, settings and answers, cut anywhere and read under any
-    frame budget, give the same events, errors, output bytes, stream states, windows and HPACK table."""
-    fast = _run(actions, cuts, budget)
+def test_fast_path_matches_h2(
+    actions: list[tuple[Any, ...]], cuts: list[int], budget: int, window: int
+) -> None:
+    """Requests (indexed or literal headers, padded, with or without body, bad content-length, a body
+    beyond the stream window), raw frames of any type and flags, resets, pings, settings and answers,
+    cut anywhere and read under any frame budget, give the same events, errors, output bytes, stream
+    states (every field of the stream, its state machine and window), windows and HPACK table."""
+    fast = _run(actions, cuts, budget, window)
     event("fast path used" if fast.used else "fast path not used")
+
+
+@pytest.mark.parametrize("window", [1 << 20, 1000])
+@pytest.mark.parametrize(
+    "extra",
+    [([], 5), ([(b"content-length", b"5")], 5), ([(b"content-length", b"40")], 40),
+     ([(b":status", b"200"), (b"content-length", b"40")], 40)],
+)  # fmt: skip
+def test_stream_steps_match_h2_at_their_limits(
+    extra: tuple[list[tuple[bytes, bytes]], int], window: int
+) -> None:
+    """A valid request, then the same headers again (now the fast path) with every body size: within and
+    beyond the stream window, matching and contradicting content-length, none at all: same as h2."""
+    headers, first = extra
+    used = 0
+    for body in (0, 5, 40, 1500):
+        for end in (False, True):
+            two = [("req", headers, first, False, None, False), ("same", 2, body)]
+            used += _run(two, [], FRAMES_PER_TURN, window).used
+            answered = [("req", headers, first, end, None, True), ("same", 1, body), ("respond",)]
+            used += _run(answered, [7], 9, window).used
+    assert used
+
+
+def _open_pair() -> tuple[list[Side], Client]:
+    """Both sides after one whole request on stream 1 (the connection is then SERVER_OPEN)."""
+    sides, client = [Side(True), Side(False)], Client()
+    client.request([], 5, False, None, False)
+    for side in sides:
+        side.feed(bytes(client.out), FRAMES_PER_TURN)
+    client.out = bytearray()
+    return sides, client
+
+
+def _same(sides: list[Side], data: bytes) -> tuple[Any, ...]:
+    got = [side.feed(data, FRAMES_PER_TURN) for side in sides]
+    assert got[0] == got[1]
+    assert sides[0].state()[:-1] == sides[1].state()[:-1]
+    return got[0]
+
+
+@pytest.mark.parametrize("window", [1 << 20, 1000])
+def test_acknowledge_matches_h2_around_the_update_thresholds(window: int) -> None:
+    """Acknowledging bytes below, at and above where h2 reopens a window (half of it; any 1024 bytes
+    once it is empty), on open, half-closed, closed and unknown streams: same output and windows."""
+    sizes = [1, 499, 500, 1023, 1024, 1025, 32_767, 40_000, 524_288, 600_000]
+    states: list[list[tuple[Any, ...]]] = [
+        [("req", [], window, False, None, False)],  # a body that empties the stream window
+        [("req", [], 5, False, None, False)],  # half-closed (remote)
+        [("req", [], 5, False, None, False), ("respond",)],  # closed
+    ]
+    for before in states:
+        for target in ("open", "last", "new"):
+            for size in sizes:
+                _run(
+                    [*before, ("ack", size, target), ("ack", size, target), ("ack", 1, target)], [], 9, window
+                )
+
+
+def test_informational_status_in_a_request_is_left_to_h2() -> None:
+    """A request block with ``:status: 1xx`` that the fast decoder can read (no indexing) fails as in h2."""
+    sides, _ = _open_pair()
+    path = b"/p"
+    block = b"\x83\x86\x04" + bytes([len(path)]) + path + b"\x08\x03100"  # :status literal, not indexed
+    assert sides[0].conn.decoder.decode_cached(block) is not None  # the fast path reads it
+    assert _same(sides, _frame(0x1, 0x4, 3, block))[0][0] == "error"
+
+
+def test_data_on_streams_the_fast_path_does_not_step() -> None:
+    """Data past content-length before END_STREAM, data after our response (HALF_CLOSED_LOCAL), data
+    after the client's END_STREAM: the same events, errors and states as h2."""
+    cases = [
+        (b"5", [_frame(0x0, 0x0, 3, b"b" * 12)]),
+        (b"5", ["respond", "respond", _frame(0x0, 0x1, 3, b"b" * 5)]),  # answer stream 1, then 3
+        (b"5", ["respond", "respond", _frame(0x0, 0x0, 3, b"b" * 2), _frame(0x0, 0x1, 3, b"b" * 3)]),
+        (b"5", [_frame(0x0, 0x1, 3, b"b" * 5), _frame(0x0, 0x1, 3, b"b")]),
+    ]
+    for length, steps in cases:
+        sides, client = _open_pair()
+        client.request([(b"content-length", length)], 5, False, None, False)
+        _same(sides, bytes(client.out[: -len(_frame(0x0, 0x1, 3, b"b" * 5))]))  # HEADERS only
+        for step in steps:
+            if step == "respond":
+                _server_action(sides, ("respond",))
+            else:
+                _same(sides, step)
 
 
 def test_unary_request_read_takes_no_h2_parsing() -> None:
