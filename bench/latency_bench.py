@@ -14,6 +14,11 @@ the other disagree by more than the differences under study. Only one task is ev
 flight, so every queue is still idle when its task arrives. ``--sequential`` measures the
 workers one after the other instead (one process at a time), as earlier versions did.
 
+Rows: ``ours`` is our Worker as ``asyncio.run(worker.run(...))``; ``ours-uvloop`` is the same
+Worker through ``worker.run_sync(...)`` on uvloop; ``runtime`` is ``conveyor worker --processes 1``
+on its default loop (uvloop), ``runtime-asyncio`` the same with ``--loop asyncio`` (not run unless
+named in ``--kinds``). The server runs on ``--server-loop`` (default ``auto``: uvloop).
+
 The upstream ``conveyorq`` SDK is measured when ``--conveyorq-python`` names an interpreter
 that has it installed (or this one does); otherwise that row is skipped with a note.
 
@@ -21,7 +26,8 @@ The ``floor`` row is our Worker stamped when the Dispatch's bytes reach Python (
 socket's ``data_received``), not when the handler starts: the part of the latency that no
 worker written on asyncio can remove (producer, server, kernel wake-up, the loop's read).
 Each worker's "above floor" figure is what it spends after that. ``floor / conveyorq`` is
-the best ratio any asyncio worker could reach against conveyorq with this producer and server.
+the best ratio any worker on asyncio's loop could reach against conveyorq with this producer and
+server (a process on uvloop wakes into ``data_received`` sooner, so its own floor is lower).
 
 ``--pin`` puts the workers on the last CPU and this process (producer and server) on the
 others, so a worker that wakes does not compete for a CPU with the producer it raced; the
@@ -29,7 +35,7 @@ comparison then shows the workers' own costs with less scheduler noise (Linux on
 
 Run:  .venv/bin/python bench/latency_bench.py [--tasks 200] [--gap-ms 20] [--rounds 3]
           [--conveyorq-python /path/to/venv/bin/python] [--kinds floor,ours,...] [--pin]
-          [--sequential]
+          [--sequential] [--server-loop auto|asyncio|uvloop]
 """
 
 from __future__ import annotations
