@@ -169,7 +169,7 @@ class Supervisor:
             )
         if not cfg.server:
             db = ("--db", cfg.embedded_db) if cfg.embedded_db else ()
-            self.embedded = EmbeddedServer(db)
+            self.embedded = EmbeddedServer((*db, "--loop", cfg.loop))
             self.server_url = self.embedded.start()
             log.info("embedded server listening on %s", self.server_url)
             log.info("dashboard on %s", self.embedded.dashboard_url)

@@ -16,6 +16,7 @@ from conveyor_sdk.errors import InvalidArgument
 from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
 from conveyor_server_min.testing import ServerProcess
 from tests._util import wait_until
+from tests.runtime._procs import descendants
 from tests.runtime._worker_proc import WorkerProc
 
 uvloop = pytest.importorskip("uvloop")  # a dependency on every platform CI runs
@@ -146,3 +147,24 @@ def test_server_says_which_loop_it_serves_on() -> None:
             )
             line = next(line for line in server.output if "serving on" in line)
             assert f"event loop {expected}" in line
+
+
+@pytest.mark.slow
+def test_embedded_server_runs_on_the_workers_loop(
+    tmp_path: Path, worker_factory: Callable[..., WorkerProc]
+) -> None:
+    """Without --server, the embedded server is started with the worker's --loop, and serves tasks."""
+    (tmp_path / "loopapp.py").write_text(APP)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    worker = worker_factory(tmp_path, "loopapp:app", "--loop", "asyncio", "--processes", "1",
+                            env={"LOOP_MARKS": str(marks)})  # fmt: skip
+    worker.wait_for("established")
+    assert worker.proc is not None
+    servers = [cmd for _, _, cmd in descendants(worker.proc.pid) if "--dev" in cmd.split()]
+    assert len(servers) == 1 and servers[0].endswith("--loop asyncio"), servers
+    url = next(w for w in worker.output.split() if w.startswith("http://127.0.0.1:"))
+    with SyncClient(url) as client:
+        client.enqueue("which", b"")
+    wait_until(lambda: list(marks.iterdir()), timeout=30, what="the task to run")
+    assert [p.name for p in marks.iterdir()] == ["asyncio"]
