@@ -48,6 +48,13 @@ class _Reader:
         await asyncio.Event().wait()
 
 
+async def _until(predicate: Any, timeout: float = 5.0) -> None:
+    """Let the loop run until ``predicate()`` holds; fail after ``timeout`` seconds."""
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110 - met by transport callbacks, not an event we own
+            await asyncio.sleep(0)
+
+
 def test_a_window_update_due_after_the_last_read_is_written() -> None:
     """A handler that consumes a large body after it all arrived gets the client's window reopened
     at once (WINDOW_UPDATE), though no read of the socket follows to carry it out."""
@@ -66,13 +73,11 @@ def test_a_window_update_due_after_the_last_read_is_written() -> None:
         for start in range(0, body, 16384):
             client.send_data(1, b"b" * min(16384, body - start))
         conn.data_received(client.data_to_send())
-        await asyncio.sleep(0)
+        await _until(lambda: bool(conn.tasks))  # the handler started and waits for ``go``
         client.receive_data(bytes(transport.written))
         transport.written.clear()
         router.go.set()
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert router.read == body
+        await _until(lambda: router.read == body and bool(transport.written))
         events = client.receive_data(bytes(transport.written))
         assert [e.stream_id for e in events if isinstance(e, h2.events.WindowUpdated)] == [1]
         for task in conn.tasks:
