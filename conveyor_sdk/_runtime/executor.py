@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from conveyor_sdk._runtime import pipe
 from conveyor_sdk._runtime.fleet import ExecutorOptions, Fleet, Pool, RuntimeFailure
@@ -99,31 +99,51 @@ class ProcessExecutor(Fleet):
         pool.book.refused(job.queue, job.job_id, time.monotonic())
         return False
 
-    async def run(self, job: Job, control: JobControl) -> list[Outcome]:
+    def run(self, job: Job, control: JobControl) -> Awaitable[list[Outcome]]:
+        """Send the job to the least-loaded child of its pool; the result resolves to its outcomes.
+
+        A plain method (the core's hand-off, see ``Executor.run``): when a child is free the
+        RunJob is written before this returns, so the driver can call it in the read turn of
+        the Dispatch, before any task of its own runs.
+        """
         pool = self._pool_for(job)
         if pool is None:
-            return [Outcome(OutcomeKind.RETRY, f"no pool serves queue {job.queue!r}") for _ in job.tasks]
+            done: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
+            done.set_result(
+                [Outcome(OutcomeKind.RETRY, f"no pool serves queue {job.queue!r}") for _ in job.tasks]
+            )
+            return done
         child = pool.pick()
-        while child is None:  # can_start said yes; tolerate a lost race by waiting for a slot
+        if child is None:  # can_start said yes; tolerate a lost race by waiting for a slot
+            return asyncio.ensure_future(self._run_when_free(job, control, pool))
+        return self._hand_to(child, job, control, pool)
+
+    async def _run_when_free(self, job: Job, control: JobControl, pool: Pool) -> list[Outcome]:
+        child = pool.pick()
+        while child is None:
             if self._closing or pool.closing:
                 return [Outcome(OutcomeKind.RELEASED, "worker stopping") for _ in job.tasks]
             await asyncio.sleep(0.01)
             child = pool.pick()
+        return await self._hand_to(child, job, control, pool)
+
+    def _hand_to(
+        self, child: ChildProc, job: Job, control: JobControl, pool: Pool
+    ) -> asyncio.Future[list[Outcome]]:
         # The RunJob leaves first: the child's wake-up then overlaps the bookkeeping below. Its
         # JobDone is read on a later loop turn, after ``running`` is registered.
         child.send(pipe.job_to_msg(job))
-        loop = asyncio.get_running_loop()
-        running = RunningJob(job, control, child, loop.create_future(), time.monotonic())
+        running = RunningJob(
+            job, control, child, asyncio.get_running_loop().create_future(), time.monotonic()
+        )
         running.started_wall = time.time()
         self.running[job.job_id] = running
         child.jobs[job.job_id] = running
         pool.book.acquire(job.queue, job.job_id)
         self.observer.job_started(job, child)
-        try:
-            outcomes = await running.future
-        finally:
-            self._forget(running, pool)
-        return outcomes
+        # Runs before the awaiting task resumes (callbacks keep their order), also on cancel.
+        running.future.add_done_callback(lambda _: self._forget(running, pool))
+        return running.future
 
     def _forget(self, running: RunningJob, pool: Pool) -> None:
         job = running.job
@@ -318,8 +338,8 @@ class PoolExecutor:
     def can_start(self, job: Job) -> bool:
         return self.fleet.can_start(job)
 
-    async def run(self, job: Job, control: JobControl) -> list[Outcome]:
-        return await self.fleet.run(job, control)
+    def run(self, job: Job, control: JobControl) -> Awaitable[list[Outcome]]:
+        return self.fleet.run(job, control)
 
     def cancel(self, job_id: str, reason: CancelReason) -> None:
         self.fleet.cancel(job_id, reason)

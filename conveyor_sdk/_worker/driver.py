@@ -11,9 +11,11 @@ the machine's ``next_deadline()``. Every task the driver starts is awaited befor
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 from collections import deque
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from conveyor_sdk._encryption.hooks import run_opened, sealed
@@ -67,6 +69,11 @@ class Driver:
         self.jobs: dict[str, asyncio.Task[None]] = {}
         # Jobs whose task has not taken its first step yet, with a cancel that came meanwhile.
         self.unstarted: dict[str, CancelReason | None] = {}
+        # Jobs started while ``_take_frames`` handles one read; launched once the read is done.
+        self.launching: list[Job] | None = None
+        # An executor whose ``run`` is a plain method hands a job off in its synchronous part
+        # (ProcessExecutor sends the RunJob): the read turn calls it, before any task step.
+        self.run_hands_off = not inspect.iscoroutinefunction(executor.run)
         self.job_cache: dict[str, Job] = {}
         self.stopped: Stop | None = None
         self.parked = False  # True while the loop waits for an event (nothing mid-flight)
@@ -238,8 +245,11 @@ class Driver:
         A Dispatch then starts its job one event-loop turn after the bytes arrive, instead of
         three (reader task, driver, job task). Actions that must be awaited (sends, reconnects)
         go to the loop as one event, in order; frames the loop is not free for stay queued on
-        the stream for the reader task. Runs inside ``data_received``: never raises.
+        the stream for the reader task. Jobs the read's frames start are launched after the
+        last of them, so a Cancel read with its Dispatch still wins (see :meth:`_launch`).
+        Runs inside ``data_received``: never raises.
         """
+        self.launching = launching = list[Job]()
         try:
             while self.parked and not self.events and self.stopped is None and epoch == self.stream_epoch:
                 msg = stream.recv_nowait()
@@ -258,6 +268,10 @@ class Driver:
             self.post(("eof", epoch, exc))
         except Exception as exc:  # isolation point: a socket callback must never raise
             self.post(("eof", epoch, Internal(f"session stream failed: {exc!r}")))
+        finally:
+            self.launching = None
+            for job in launching:
+                self._launch(job, in_read_turn=True)
 
     def _timer_still_right(self, msg: pb.ServerMessage, actions: list[Action]) -> bool:
         """Whether the parked loop's timer still fires early enough after this frame.
@@ -357,16 +371,40 @@ class Driver:
         self.job_cache.pop(delivery.job_id, None)
         self.counters["jobs_started"] += 1
         self.unstarted[job.job_id] = None
-        self.jobs[job.job_id] = asyncio.create_task(self._run_job(job), name=f"conveyor-job-{job.job_id}")
+        if self.launching is not None:
+            self.launching.append(job)
+        else:
+            self._launch(job, in_read_turn=False)
 
-    async def _run_job(self, job: Job) -> None:
-        if self.unstarted.pop(job.job_id, None) is not None:
+    def _launch(self, job: Job, *, in_read_turn: bool) -> None:
+        """Create the job's task; in the read turn, first hand the job to a hand-off executor.
+
+        The hand-off (``run``'s synchronous part) happens only for a job no Cancel reached
+        yet, and takes it out of ``unstarted``: from then on a Cancel goes to the executor.
+        """
+        handed: Awaitable[list[Outcome]] | None = None
+        if in_read_turn and self.run_hands_off and self.unstarted[job.job_id] is None and not sealed(job):
+            del self.unstarted[job.job_id]
+            try:
+                handed = self.executor.run(job, self._control)
+            except Exception as exc:  # isolation point: becomes the job's RETRY outcome in _run_job
+                failed: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
+                failed.set_exception(exc)
+                handed = failed
+        self.jobs[job.job_id] = asyncio.create_task(
+            self._run_job(job, handed), name=f"conveyor-job-{job.job_id}"
+        )
+
+    async def _run_job(self, job: Job, handed: Awaitable[list[Outcome]] | None = None) -> None:
+        if handed is None and self.unstarted.pop(job.job_id, None) is not None:
             # Cancelled between Start and this first step (e.g. Dispatch and Cancel in one read):
             # the handler never runs; the machine turns this into the cancel reason's outcome.
             self.post(("done", job.job_id, [cancelled_outcome() for _ in job.tasks], job))
             return
         try:
-            if sealed(job):
+            if handed is not None:  # the executor has it already (see _launch)
+                outcomes = await handed
+            elif sealed(job):
                 outcomes = await run_opened(
                     job,
                     lambda opened: self.executor.run(opened, self._control),

@@ -29,11 +29,18 @@ Contract (every executor):
    any thread; the core coalesces).
 5. ``close(grace)`` stops accepting, waits up to ``grace`` seconds for running
    jobs, then stops them; after it returns no handler code of this executor runs.
+6. ``run`` may be a plain method that returns an awaitable (a hand-off): its
+   synchronous part must pass the job on (or fail it in the awaitable) and register
+   it, so that a ``cancel`` made before the awaitable is awaited reaches it. The core
+   then calls ``run`` in the event-loop turn that read the Dispatch, after every
+   frame of that read (a Cancel read with it still wins), so the job leaves before
+   any task of the core runs (``ProcessExecutor`` writes its RunJob there). An
+   ``async def run`` is called from the job's own task, one loop turn later.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -112,8 +119,12 @@ class Executor(Protocol):
         """True when ``run(job)`` would start executing now."""
         ...
 
-    async def run(self, job: Job, control: JobControl) -> list[Outcome]:
-        """Execute the job; one outcome per task, in order. Never raises for handler errors."""
+    def run(self, job: Job, control: JobControl) -> Awaitable[list[Outcome]]:
+        """Execute the job; one outcome per task, in order. Never raises for handler errors.
+
+        Usually an ``async def``. A plain method returning an awaitable is a hand-off (see
+        the module docstring, item 6).
+        """
         ...
 
     def cancel(self, job_id: str, reason: CancelReason) -> None:

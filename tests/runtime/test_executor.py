@@ -118,7 +118,7 @@ def test_can_start_respects_capacity(write_app: Callable[[str, str], Path]) -> N
     async def main() -> None:
         woken = asyncio.Event()
         async with started(folder, capacity=2, wakeup=woken.set) as ex:
-            runs = [asyncio.create_task(ex.run(_job(i, "wait"), _ctl())) for i in range(2)]
+            runs = [asyncio.ensure_future(ex.run(_job(i, "wait"), _ctl())) for i in range(2)]
             await eventually(lambda: _true(len(ex.running) == 2))
             assert not ex.can_start(_job(3))
             woken.clear()
@@ -146,7 +146,7 @@ def test_sigkill_of_a_child_mid_task_gives_retry_and_a_replacement(
     async def main() -> None:
         async with started(folder) as ex:
             victim = ex.children()[0].pid
-            run = asyncio.create_task(ex.run(_job(1, "wait"), _ctl()))
+            run = asyncio.ensure_future(ex.run(_job(1, "wait"), _ctl()))
             await eventually(lambda: _true(bool(ex.running)))
             os.kill(victim, signal.SIGKILL)
             [out] = await asyncio.wait_for(run, 10)
@@ -167,7 +167,7 @@ def test_handler_calling_os_exit_fails_only_its_task(write_app: Callable[[str, s
 
     async def main() -> None:
         async with started(folder, processes=2, capacity=1) as ex:
-            slow = asyncio.create_task(ex.run(_job("slow", "wait"), _ctl()))
+            slow = asyncio.ensure_future(ex.run(_job("slow", "wait"), _ctl()))
             await eventually(lambda: _true(bool(ex.running)))
             [out] = await ex.run(_job(1, "exit"), _ctl())
             assert (out.kind, out.error_msg) == (OutcomeKind.RETRY, "worker process died: exit code 13")
@@ -186,7 +186,7 @@ def test_handler_ignoring_cancellation_is_killed_after_grace(write_app: Callable
     async def main() -> None:
         async with started(folder) as ex:
             first = ex.children()[0].pid
-            run = asyncio.create_task(ex.run(_job(1, "stubborn"), _ctl()))
+            run = asyncio.ensure_future(ex.run(_job(1, "stubborn"), _ctl()))
             await eventually(lambda: _true(bool(ex.running)))
             t0 = time.monotonic()
             ex.cancel("t1", CancelReason.DEADLINE)
@@ -258,7 +258,7 @@ def test_reload_serves_new_code_and_old_children_finish(write_app: Callable[[str
 
     async def main() -> None:
         async with started(folder) as ex:
-            old = asyncio.create_task(ex.run(_job("old", "wait"), _ctl()))
+            old = asyncio.ensure_future(ex.run(_job("old", "wait"), _ctl()))
             await eventually(lambda: _true(bool(ex.running)))
             write_app("rtapp", APP.replace('VERSION = "v1"', 'VERSION = "v2"'))
             assert await ex.reload()
@@ -278,7 +278,7 @@ def test_close_releases_jobs_that_ignore_the_drain(write_app: Callable[[str, str
 
     async def main() -> None:
         async with started(folder) as ex:
-            run = asyncio.create_task(ex.run(_job(1, "stubborn"), _ctl()))
+            run = asyncio.ensure_future(ex.run(_job(1, "stubborn"), _ctl()))
             await eventually(lambda: _true(bool(ex.running)))
             await ex.close(0.2)
             [out] = await run
@@ -317,7 +317,7 @@ def test_explicit_pools_isolate_queues(write_app: Callable[[str, str], Path]) ->
         try:
             await ex.start(lambda: None)
             by_pool = {c.pool: c.pid for c in ex.children()}
-            blocker = asyncio.create_task(ex.run(_job("b", "wait", queue="slow"), _ctl()))
+            blocker = asyncio.ensure_future(ex.run(_job("b", "wait", queue="slow"), _ctl()))
             await eventually(lambda: _true(bool(ex.running)))
             assert not ex.can_start(_job("s2", "pid", queue="slow"))  # slow pool full
             assert ex.can_start(_job("d1", "pid"))  # default pool unaffected

@@ -82,7 +82,7 @@ def test_concurrent_work_goes_to_the_least_loaded_child(write_app: Callable[[str
 
     async def main() -> None:
         async with fleet(folder, [PoolSpec("default", ("q",), 2)], capacity=3) as ex:
-            runs = [asyncio.create_task(ex.run(_job(f"w{i}", "wait", "q"), CTL)) for i in range(4)]
+            runs = [asyncio.ensure_future(ex.run(_job(f"w{i}", "wait", "q"), CTL)) for i in range(4)]
             await eventually(lambda: _true(len(ex.running) == 4))
             assert sorted(len(c.jobs) for c in ex.children()) == [2, 2]
             for i in range(4):
@@ -103,7 +103,7 @@ def test_freed_slot_goes_to_the_waiting_queue_below_its_share(write_app: Callabl
             for i in range(4):
                 job = _job(f"b{i}", "wait", "b")
                 assert ex.can_start(job)  # idle slots are lent to b
-                b_runs.append(asyncio.create_task(ex.run(job, CTL)))
+                b_runs.append(asyncio.ensure_future(ex.run(job, CTL)))
                 await eventually(lambda i=i: _true(len(ex.running) == i + 1))  # type: ignore[misc]
             waiting_a, more_b = _job("a0", "wait", "a"), _job("b9", "wait", "b")
             assert not ex.can_start(waiting_a) and not ex.can_start(more_b)  # no pre-emption
@@ -112,7 +112,7 @@ def test_freed_slot_goes_to_the_waiting_queue_below_its_share(write_app: Callabl
             assert out.kind is OutcomeKind.RETRY
             assert not ex.can_start(more_b)  # b is over its share while a waits
             assert ex.can_start(waiting_a)
-            a_run = asyncio.create_task(ex.run(waiting_a, CTL))
+            a_run = asyncio.ensure_future(ex.run(waiting_a, CTL))
             await eventually(lambda: _true(len(ex.running) == 4))
             for job_id in ("a0", "b1", "b2", "b3"):
                 ex.cancel(job_id, CancelReason.DRAIN)
@@ -133,8 +133,8 @@ def test_each_pool_session_gets_its_own_wakeups_and_drain(write_app: Callable[[s
             for name, view in views.items():
                 await view.start(woken[name].set)
             del ex._wakeups[None]  # the fixture's catch-all wakeup
-            x_run = asyncio.create_task(views["x"].run(_job("x1", "wait", "qx"), CTL))
-            y_run = asyncio.create_task(views["y"].run(_job("y1", "wait", "qy"), CTL))
+            x_run = asyncio.ensure_future(views["x"].run(_job("x1", "wait", "qx"), CTL))
+            y_run = asyncio.ensure_future(views["y"].run(_job("y1", "wait", "qy"), CTL))
             await eventually(lambda: _true(len(ex.running) == 2))
             woken["x"].clear()
             woken["y"].clear()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk._protocol.framing import encode_frame
+from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, Outcome, OutcomeKind
+from conveyor_sdk._worker.outcomes import cancelled_outcome
 from conveyor_sdk.testing import PeerSession, ScriptedPeer
 from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
 
@@ -101,3 +104,106 @@ def test_dispatch_and_cancel_in_one_read_keep_their_order() -> None:
         assert (res.task_id, res.outcome, res.error_msg) == ("A", pb.TASK_OUTCOME_RETRY, "canceled by server")
 
     _run(script, reg)
+
+
+class HandOffExecutor:
+    """A hand-off executor (``run`` is a plain method): records where and when it was called.
+
+    Each job's future is resolved by the test (``finish``) or by ``cancel``, as a process
+    pool would on JobDone or on a cancelled child.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, asyncio.Task[object] | None]] = []
+        self.cancels: list[tuple[str, CancelReason]] = []
+        self.futures: dict[str, asyncio.Future[list[Outcome]]] = {}
+        self.called = asyncio.Event()
+
+    async def start(self, wakeup: Callable[[], None]) -> None:
+        pass
+
+    def can_start(self, job: Job) -> bool:
+        return True
+
+    def run(self, job: Job, control: JobControl) -> asyncio.Future[list[Outcome]]:
+        self.calls.append((job.job_id, asyncio.current_task()))
+        fut = self.futures[job.job_id] = asyncio.get_running_loop().create_future()
+        self.called.set()
+        return fut
+
+    def finish(self, job_id: str) -> None:
+        self.futures[job_id].set_result([Outcome(OutcomeKind.SUCCESS, result=b"handed")])
+
+    def cancel(self, job_id: str, reason: CancelReason) -> None:
+        self.cancels.append((job_id, reason))
+        fut = self.futures.get(job_id)
+        if fut is not None and not fut.done():
+            fut.set_result([cancelled_outcome()])
+
+    async def close(self, grace: float) -> None:
+        for fut in self.futures.values():
+            if not fut.done():
+                fut.set_result([Outcome(OutcomeKind.RELEASED, "closing")])
+
+
+def _run_with(executor: HandOffExecutor, script: object) -> None:
+    async def main() -> None:
+        async with ScriptedPeer("grpc") as peer:
+            worker = Worker(peer.url, close_timeout=0.5, executor=executor)
+            run = asyncio.create_task(worker.run(Registry()))
+            try:
+                await script(peer, worker)  # type: ignore[operator]
+            finally:
+                worker.stop(immediate=True)
+                await asyncio.wait_for(asyncio.gather(run, return_exceptions=True), 20)
+
+    asyncio.run(main())
+
+
+async def _opened(peer: ScriptedPeer) -> PeerSession:
+    sess = await peer.accept()
+    assert (await sess.recv()) is not None  # Hello
+    await sess.send_headers()
+    await sess.send(_welcome())
+    return sess
+
+
+def test_hand_off_executor_gets_the_job_in_the_read_turn() -> None:
+    """A plain-method ``run`` is called from the socket callback (no task), before any task step."""
+    executor = HandOffExecutor()
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess = await _opened(peer)
+        await sess.send(_dispatch("H"))
+        await asyncio.wait_for(executor.called.wait(), 10)
+        assert executor.calls == [("H", None)]  # no current task: the read turn itself
+        executor.finish("H")
+        res = await _result(sess)
+        assert (res.task_id, res.outcome, res.result) == ("H", pb.TASK_OUTCOME_SUCCESS, b"handed")
+        # A Cancel after the hand-off goes to the executor (the job is no longer "unstarted").
+        executor.called.clear()
+        await sess.send(_dispatch("K"))
+        await asyncio.wait_for(executor.called.wait(), 10)
+        await sess.send(_cancel("K"))
+        res = await _result(sess)
+        assert (res.task_id, res.outcome, res.error_msg) == ("K", pb.TASK_OUTCOME_RETRY, "canceled by server")
+        assert executor.cancels == [("K", CancelReason.SERVER_CANCEL)]
+
+    _run_with(executor, script)
+
+
+def test_dispatch_and_cancel_in_one_read_never_reach_a_hand_off_executor() -> None:
+    """The hand-off waits for the read's last frame: a Cancel read with its Dispatch wins."""
+    executor = HandOffExecutor()
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess = await _opened(peer)
+        burst = encode_frame(_dispatch("A").SerializeToString()) + encode_frame(
+            _cancel("A").SerializeToString()
+        )
+        await sess.send_raw(burst, framed=True)
+        res = await _result(sess)
+        assert (res.task_id, res.outcome, res.error_msg) == ("A", pb.TASK_OUTCOME_RETRY, "canceled by server")
+        assert executor.calls == [] and executor.cancels == []
+
+    _run_with(executor, script)
