@@ -249,7 +249,8 @@ class Driver:
         last of them, so a Cancel read with its Dispatch still wins (see :meth:`_launch`).
         Runs inside ``data_received``: never raises.
         """
-        self.launching = launching = list[Job]()
+        launching: list[Job] = []
+        self.launching = launching
         try:
             while self.parked and not self.events and self.stopped is None and epoch == self.stream_epoch:
                 msg = stream.recv_nowait()
