@@ -9,9 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from conveyor_sdk._version import __version__
 from conveyor_sdk.errors import Code, ConveyorError
-
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from conveyor_sdk.app import App, TaskDefinition

@@ -66,3 +66,31 @@ def test_sdk_never_imports_cli_or_conformance(path: Path) -> None:
 def test_the_scan_sees_imports() -> None:
     """Sanity: the AST scan reports a forbidden import when there is one."""
     assert _hits(SDK / "_protocol" / "framing.py", {"conveyor_sdk.errors"}) != []
+
+
+@pytest.mark.parametrize(
+    ("lower", "upper"),
+    [
+        ("_worker/driver.py", "conveyor_sdk._worker.runner"),
+        ("_runtime/live.py", "conveyor_sdk._runtime.supervisor"),
+    ],
+)
+def test_no_import_back_to_the_module_that_runs_it(lower: str, upper: str) -> None:
+    """The driver and the live view take protocols (WorkerHost, LiveSource), not their owner's class,
+    so neither imports back the module that imports it (not even under TYPE_CHECKING)."""
+    assert _hits(SDK / lower, {upper}) == []
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in _py(SDK) if p != SDK / "__init__.py"], ids=lambda p: str(p.relative_to(SDK))
+)
+def test_inner_modules_read_the_version_from_its_leaf_module(path: Path) -> None:
+    """``__version__`` lives in ``conveyor_sdk/_version.py``; no inner module imports the package for it."""
+    assert "conveyor_sdk.__version__" not in _imports(path)
+
+
+def test_the_package_version_is_the_leaf_modules() -> None:
+    import conveyor_sdk
+    from conveyor_sdk import _version
+
+    assert conveyor_sdk.__version__ == _version.__version__

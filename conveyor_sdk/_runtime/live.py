@@ -4,20 +4,50 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-if TYPE_CHECKING:
-    from conveyor_sdk._runtime.supervisor import Supervisor
+from conveyor_sdk._runtime.executor import ProcessExecutor
+from conveyor_sdk._runtime.metrics import Metrics
 
-__all__ = ["render", "run_live"]
+__all__ = ["LiveSource", "render", "run_live"]
 
 
-def _children_table(sup: Supervisor) -> Table:
+class _LiveConfig(Protocol):
+    @property
+    def app(self) -> str: ...
+
+    @property
+    def queues(self) -> Mapping[str, int]: ...
+
+
+class LiveSource(Protocol):
+    """What the view reads (the supervisor is one; a protocol so this module does not import it)."""
+
+    @property
+    def config(self) -> _LiveConfig: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def executor(self) -> ProcessExecutor | None: ...
+
+    @property
+    def server_url(self) -> str: ...
+
+    @property
+    def workers(self) -> Mapping[str, Any]: ...
+
+    def in_flight(self) -> dict[str, tuple[int, int]]: ...
+
+
+def _children_table(sup: LiveSource) -> Table:
     table = Table(title="processes", expand=False, show_edge=False)
     for col in ("child", "pid", "state", "running", "done", "RSS MiB", "age s"):
         table.add_column(col, justify="right" if col not in ("child", "state") else "left")
@@ -38,7 +68,7 @@ def _children_table(sup: Supervisor) -> Table:
     return table
 
 
-def _pools_table(sup: Supervisor) -> Table:
+def _pools_table(sup: LiveSource) -> Table:
     """One row per pool: its session, capacity (= the session's concurrency), running and parked."""
     table = Table(title="pools (one session each)", show_edge=False)
     for col in ("pool", "queues", "session", "capacity", "running", "parked"):
@@ -56,7 +86,7 @@ def _pools_table(sup: Supervisor) -> Table:
     return table
 
 
-def _queues_table(sup: Supervisor) -> Table:
+def _queues_table(sup: LiveSource) -> Table:
     """One row per queue; ``in flight`` = running + parked, the number the server counts."""
     table = Table(title="in flight per queue", show_edge=False)
     for col in ("queue", "pool", "weight", "running", "parked", "in flight"):
@@ -71,7 +101,7 @@ def _queues_table(sup: Supervisor) -> Table:
     return table
 
 
-def render(sup: Supervisor) -> Group:
+def render(sup: LiveSource) -> Group:
     """One frame of the view."""
     m = sup.metrics
     restarts = sum(m.restarts.values())
@@ -85,7 +115,7 @@ def render(sup: Supervisor) -> Group:
     return Group(head, _children_table(sup), _pools_table(sup), _queues_table(sup))
 
 
-async def run_live(sup: Supervisor, interval: float = 0.5) -> None:
+async def run_live(sup: LiveSource, interval: float = 0.5) -> None:
     """Refresh the view until cancelled."""
     console = Console(stderr=True)
     with Live(render(sup), console=console, refresh_per_second=4, transient=False) as live:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from conveyor_sdk import __version__
+from conveyor_sdk._version import __version__
 
 __all__ = ["DEFAULT_USER_AGENT", "Protocol", "TLSOptions", "TransportOptions"]
 

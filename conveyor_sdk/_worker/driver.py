@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
-from conveyor_sdk._encryption.hooks import run_opened, sealed
+from conveyor_sdk._encryption.hooks import Encryptor, run_opened, sealed
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._protocol.inflight import Delivery
 from conveyor_sdk._protocol.session import (
@@ -40,19 +41,33 @@ from conveyor_sdk._worker.outcomes import cancelled_outcome, log_failure
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk.errors import ConveyorError, Internal, ProtocolError
 
-if TYPE_CHECKING:
-    from conveyor_sdk._worker.runner import Worker
-
-__all__ = ["Driver"]
+__all__ = ["Driver", "WorkerHost"]
 
 Event = tuple[Any, ...]
+
+
+class WorkerHost(Protocol):
+    """What the driver reads from the Worker that runs it (``runner.Worker`` is one).
+
+    A protocol here, so that this module does not import the runner (which imports it).
+    """
+
+    server: str
+    concurrency: int
+    grace: float
+    _log: logging.Logger
+    _loop: asyncio.AbstractEventLoop | None
+
+    def _transport(self) -> tuple[Callable[..., Any], Any]: ...
+
+    def encryption_for(self, registry: Registry) -> Encryptor | None: ...
 
 
 class Driver:
     """Runs one ``Worker.run``: the event loop between the machine, the stream and the executor."""
 
     def __init__(
-        self, worker: Worker, machine: WorkerSession, executor: Executor, registry: Registry
+        self, worker: WorkerHost, machine: WorkerSession, executor: Executor, registry: Registry
     ) -> None:
         self.worker = worker
         self.machine = machine

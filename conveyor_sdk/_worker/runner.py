@@ -15,12 +15,12 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from conveyor_sdk import __version__
 from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor
 from conveyor_sdk._protocol.backoff import Backoff
 from conveyor_sdk._protocol.hello import SessionConfig
 from conveyor_sdk._protocol.session import WorkerSession
 from conveyor_sdk._transport import TLSOptions, TransportOptions, eventloop, open_session
+from conveyor_sdk._version import __version__
 from conveyor_sdk._worker.driver import Driver
 from conveyor_sdk._worker.executor import Executor
 from conveyor_sdk._worker.local import LocalExecutor
