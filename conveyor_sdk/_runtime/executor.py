@@ -115,17 +115,28 @@ class ProcessExecutor(Fleet):
             return done
         child = pool.pick()
         if child is None:  # can_start said yes; tolerate a lost race by waiting for a slot
+            self.waiting[job.job_id] = None  # registered now: a cancel while it waits reaches it
             return asyncio.ensure_future(self._run_when_free(job, control, pool))
         return self._hand_to(child, job, control, pool)
 
     async def _run_when_free(self, job: Job, control: JobControl, pool: Pool) -> list[Outcome]:
-        child = pool.pick()
-        while child is None:
-            if self._closing or pool.closing:
-                return [Outcome(OutcomeKind.RELEASED, "worker stopping") for _ in job.tasks]
-            await asyncio.sleep(0.01)
+        try:
             child = pool.pick()
-        return await self._hand_to(child, job, control, pool)
+            while child is None:
+                reason = self.waiting.get(job.job_id)
+                if reason is not None:  # cancelled before it reached a child: it never runs
+                    kind = OutcomeKind.RELEASED if reason is CancelReason.DRAIN else OutcomeKind.RETRY
+                    return [Outcome(kind, _CANCEL_MESSAGES[reason], cancelled=True) for _ in job.tasks]
+                if self._closing or pool.closing:
+                    return [Outcome(OutcomeKind.RELEASED, "worker stopping") for _ in job.tasks]
+                await asyncio.sleep(0.01)
+                child = pool.pick()
+        finally:
+            reason = self.waiting.pop(job.job_id, None)
+        handed = self._hand_to(child, job, control, pool)
+        if reason is not None:  # cancelled in the turn the slot freed: the child gets the cancel too
+            self.cancel(job.job_id, reason)
+        return await handed
 
     def _hand_to(
         self, child: ChildProc, job: Job, control: JobControl, pool: Pool
@@ -157,6 +168,9 @@ class ProcessExecutor(Fleet):
 
     def cancel(self, job_id: str, reason: CancelReason) -> None:
         running = self.running.get(job_id)
+        if running is None and job_id in self.waiting:
+            self.waiting[job_id] = self.waiting[job_id] or reason
+            return
         if running is None:
             for pool in self.pools.values():
                 pool.book.forget(job_id)

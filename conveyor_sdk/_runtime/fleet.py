@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from conveyor_sdk._protocol.types import CancelReason
 from conveyor_sdk._runtime import pipe
 from conveyor_sdk._runtime.observe import NullObserver, Observer
 from conveyor_sdk._runtime.pools import PoolSpec, SlotBook
@@ -107,6 +108,8 @@ class Fleet:
         self.pools = {p.name: Pool(p, weights, child_args.capacity) for p in pools}
         self._queue_pool = {q: pool for pool in self.pools.values() for q in pool.spec.queues}
         self.running: dict[str, RunningJob] = {}
+        # Jobs ``run`` accepted while no child had a free slot: job id -> a cancel that came meanwhile.
+        self.waiting: dict[str, CancelReason | None] = {}
         self._wakeups: dict[str | None, Callable[[], None]] = {}  # pool name (None = every pool) -> wakeup
         self._next_index = 0
         self._generation = 0

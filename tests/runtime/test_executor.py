@@ -367,3 +367,30 @@ def test_batch_jobs_map_one_outcome_per_member(write_app: Callable[[str, str], P
         assert [p[0] for p in progress] == ["m0", "m1", "m2"]
 
     _run(main)
+
+
+def test_cancel_reaches_a_job_waiting_for_a_slot(write_app: Callable[[str, str], Path]) -> None:
+    """``run`` with no free slot (a lost race after ``can_start``): the job waits, registered, so a
+    Cancel while it waits ends it cancelled and the child never runs it; a job that was not
+    cancelled runs once the slot frees."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        async with started(folder, capacity=1) as ex:
+            blocker = asyncio.ensure_future(ex.run(_job("b", "wait"), _ctl()))
+            await eventually(lambda: _true(bool(ex.running)))
+            cancelled = asyncio.ensure_future(ex.run(_job("c", "pid"), _ctl()))
+            patient = asyncio.ensure_future(ex.run(_job("p", "pid"), _ctl()))
+            assert set(ex.waiting) == {"tc", "tp"}
+            ex.cancel("tc", CancelReason.SERVER_CANCEL)
+            [out] = await asyncio.wait_for(cancelled, 10)
+            assert (out.kind, out.error_msg, out.cancelled) == (OutcomeKind.RETRY, "canceled by server", True)
+            assert "tc" not in ex.running and not patient.done()
+            ex.cancel("tb", CancelReason.DRAIN)  # frees the slot
+            [out] = await asyncio.wait_for(blocker, 10)
+            assert out.cancelled
+            [out] = await asyncio.wait_for(patient, 10)
+            assert out.kind is OutcomeKind.SUCCESS
+            assert ex.waiting == {}
+
+    _run(main)
