@@ -10,10 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from conveyor_conformance.context import CheckContext
+from typing import Any
 
 __all__ = [
     "Check",
@@ -67,7 +64,9 @@ class NotApplicable(Exception):  # control flow, not an error
     """Raised by a check when the environment cannot show the behavior (e.g. a 60 s lease)."""
 
 
-CheckFn = Callable[["CheckContext"], Awaitable["str | None"]]
+# A check: called with a ``context.CheckContext`` (``registry.CheckFn`` spells that type; the model
+# does not import the context, which imports the model).
+CheckFn = Callable[[Any], Awaitable["str | None"]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 
-from conveyor_conformance.model import Check, CheckFn, Family, Requirement
+from conveyor_conformance.context import CheckContext
+from conveyor_conformance.model import Check, Family, Requirement
 
-__all__ = ["Registry", "check", "default_registry"]
+__all__ = ["CheckFn", "Registry", "check", "default_registry"]
+
+CheckFn = Callable[[CheckContext], Awaitable[str | None]]  # what @check registers
 
 _ID = re.compile(r"^(server|sdk|worker)(\.[0-9a-z][0-9a-z-]*)+$")
 

@@ -10,13 +10,10 @@ payload; ``bench/codec_bench.py`` reports it.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from conveyor_sdk._client.options import ValidationError
-from conveyor_sdk.codecs import OCTET_STREAM, PROTOBUF, CodecError, normalize_content_type
-
-if TYPE_CHECKING:
-    from conveyor_sdk.app import TaskDefinition
+from conveyor_sdk.codecs import OCTET_STREAM, PROTOBUF, CodecError, CodecRegistry, normalize_content_type
 
 __all__ = ["check_payload", "validates_payload"]
 
@@ -34,18 +31,20 @@ def _type_name(type_: Any) -> str:
     return type_.__name__ if isinstance(type_, type) else repr(type_)
 
 
-def check_payload(definition: TaskDefinition[Any, Any], data: bytes) -> None:
-    """Decode ``data`` as the definition's payload type; :class:`ValidationError` naming the bad field."""
+def check_payload(
+    codecs: CodecRegistry, task_type: str, content_type: str, element_type: Any, data: bytes
+) -> None:
+    """Decode ``data`` as a task's payload type; :class:`ValidationError` naming the bad field."""
     try:
-        definition.app.codecs.decode(data, definition.content_type, definition.element_type)
+        codecs.decode(data, content_type, element_type)
     except CodecError as exc:
         cause = exc.__cause__
         detail = str(cause) if cause is not None else exc.message
         match = _PATH.search(detail)
         path = match.group(1) if match else "$"
         reason = detail[: match.start()] if match else detail
-        name = _type_name(definition.element_type)
+        name = _type_name(element_type)
         raise ValidationError(
-            f"payload for task {definition.type!r} does not match {name} at {path}: {reason}",
+            f"payload for task {task_type!r} does not match {name} at {path}: {reason}",
             details={"path": path},
         ) from exc

@@ -102,7 +102,7 @@ class TaskDefinition(Generic[P, R]):
         """Payload bytes for ``payload``, validated against the payload type (:class:`ValidationError`)."""
         data, _ = self.app.codecs.encode(payload, self.content_type)
         if self.validates:
-            check_payload(self, data)
+            check_payload(self.app.codecs, self.type, self.content_type, self.element_type, data)
         return data
 
     def options(self, **overrides: Unpack[EnqueueOptions]) -> EnqueueOptions:

@@ -94,3 +94,51 @@ def test_the_package_version_is_the_leaf_modules() -> None:
     from conveyor_sdk import _version
 
     assert conveyor_sdk.__version__ == _version.__version__
+
+
+PACKAGES = {  # import name -> folder (setup.py renames cli/ and conformance/)
+    "conveyor_sdk": ROOT / "conveyor_sdk",
+    "conveyor_server_min": ROOT / "conveyor_server_min",
+    "conveyor_cli": ROOT / "cli",
+    "conveyor_conformance": ROOT / "conformance",
+}
+
+
+def _module_files() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for name, folder in PACKAGES.items():
+        for path in _py(folder):
+            parts = (name, *path.relative_to(folder).with_suffix("").parts)
+            mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return mods
+
+
+def _module_edges(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
+    """Our modules ``name`` imports anywhere (TYPE_CHECKING and function bodies included).
+
+    ``from pkg import sub`` counts as importing ``pkg.sub`` only, not the package's ``__init__``.
+    """
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in mods else base)
+    return {m for m in found if m in mods and m != name}
+
+
+def test_no_two_modules_import_each_other() -> None:
+    """No pair of our modules imports each other, not even under TYPE_CHECKING: the lower one takes a
+    protocol of what it uses (WorkerHost, LiveSource, PeerConn, StreamOwner, ...)."""
+    mods = _module_files()
+    edges = {name: _module_edges(name, path, mods) for name, path in mods.items()}
+    circles = sorted((a, b) for a, deps in edges.items() for b in deps if a < b and a in edges[b])
+    assert len(mods) > 150 and sum(map(len, edges.values())) > 500  # the scan sees the code base
+    assert circles == []

@@ -7,19 +7,32 @@ server's reason in a banner and status 409/4xx; nothing is retried.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from conveyor_cli.dashboard.banner import problem
+from conveyor_cli.dashboard.config import DashboardConfig
+from conveyor_sdk.client import Client
 from conveyor_sdk.errors import ConveyorError, InvalidArgument
 
-if TYPE_CHECKING:
-    from conveyor_cli.dashboard.app import Dashboard
+__all__ = ["Dashboard", "routes"]
 
-__all__ = ["routes"]
+
+class Dashboard(Protocol):
+    """What the actions use of the dashboard (``app.Dashboard`` is one; a protocol, so this module
+    does not import the module that imports it)."""
+
+    @property
+    def config(self) -> DashboardConfig: ...
+
+    def html(self, template: str, status: int = 200, /, **ctx: Any) -> HTMLResponse: ...
+
+    def cli(self) -> Client: ...
+
 
 TASK_ACTIONS = ("run", "cancel", "archive", "delete", "reschedule")
 QUEUE_ACTIONS = ("pause", "resume")
@@ -48,7 +61,6 @@ def _when(form: Any) -> dict[str, Any]:
 
 def routes(d: Dashboard) -> list[Route]:
     """The POST routes."""
-    from conveyor_cli.dashboard.app import problem
 
     async def refused(request: Request, exc: ConveyorError, back: str) -> Response:
         banner = problem(exc, d.config.server)

@@ -19,6 +19,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from conveyor_cli.dashboard import actions, views
+from conveyor_cli.dashboard.banner import problem
 from conveyor_cli.dashboard.config import DashboardConfig
 from conveyor_cli.dashboard.events import EventFeed
 from conveyor_cli.dashboard.render import env
@@ -33,25 +34,6 @@ __all__ = ["create_app", "problem"]
 log = logging.getLogger("conveyor.dashboard")
 STATIC = Path(__file__).parent / "static"
 Fetch = Callable[[Request], Awaitable[dict[str, Any]]]
-
-
-def problem(exc: Exception, server: str) -> dict[str, str]:
-    """A banner for a failed call: a title and one line, never a traceback."""
-    if isinstance(exc, ConveyorError):
-        code = exc.code.connect_name
-        if code in {"unauthenticated", "permission_denied"}:
-            title = "The Conveyor server refused the dashboard's token"
-        elif code in {"unavailable", "deadline_exceeded"}:
-            title = f"Cannot reach the Conveyor server at {server}"
-        elif code == "not_found":
-            title = "Not found"
-        elif code == "invalid_argument":
-            title = "Invalid request"
-        else:
-            title = "The Conveyor server answered with an error"
-        return {"title": title, "detail": f"{code}: {exc.message}", "code": code}
-    title = "The dashboard failed to build this page"
-    return {"title": title, "detail": type(exc).__name__, "code": "internal"}
 
 
 class Dashboard:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
+import h2.connection
 from google.protobuf import json_format  # type: ignore[import-untyped]  # protobuf ships no stubs
 from google.protobuf.message import Message  # type: ignore[import-untyped]
 from h2.errors import ErrorCodes
@@ -18,12 +19,28 @@ from conveyor_sdk._protocol.framing import (
     encode_frame,
     grpc_message_encode,
 )
+from conveyor_sdk._transport.signal import Signal
 from conveyor_sdk.errors import Code, error_for_code
 
-if TYPE_CHECKING:
-    from conveyor_sdk.testing._peer_conn import PeerConnection
+__all__ = ["PeerConn", "PeerSession", "wire_format"]
 
-__all__ = ["PeerSession", "wire_format"]
+
+class PeerConn(Protocol):
+    """What a stream uses of its connection (``PeerConnection`` is one; a protocol, so this
+    module does not import the module that imports it)."""
+
+    h2: h2.connection.H2Connection
+    signal: Signal
+    closed: bool
+
+    async def flush(self) -> None: ...
+
+    def ack(self, stream_id: int, size: int) -> None: ...
+
+    async def send_data(self, stream_id: int, data: bytes, end_stream: bool) -> None: ...
+
+    async def ping(self, timeout: float) -> None: ...  # noqa: ASYNC109  # mirrors PeerConnection.ping
+
 
 CONTENT_TYPES = {"grpc": "application/grpc", "connect": "application/connect+proto"}
 
@@ -62,7 +79,7 @@ class PeerSession:
         client_reset: the RST_STREAM error code the client sent, or None.
     """
 
-    def __init__(self, conn: PeerConnection, stream_id: int, headers: dict[str, str], protocol: str) -> None:
+    def __init__(self, conn: PeerConn, stream_id: int, headers: dict[str, str], protocol: str) -> None:
         self._conn = conn
         self.stream_id = stream_id
         self.headers = headers

@@ -4,22 +4,35 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import h2.connection
 import h2.errors
 
 from conveyor_sdk.errors import Canceled, DeadlineExceeded, ResourceExhausted
 
-if TYPE_CHECKING:
-    from .h2conn import H2Connection
-
-__all__ = ["BODY_BUDGET", "HIGH_WATER", "H2Stream", "RefusingConnection", "header_dict"]
+__all__ = ["BODY_BUDGET", "HIGH_WATER", "H2Stream", "RefusingConnection", "StreamOwner", "header_dict"]
 
 HIGH_WATER = 256 * 1024  # a writer waits when its stream buffer holds more than this
 # Request bytes a connection may have handed to handlers that have not answered yet (unary bodies
 # are collected whole, up to the message limit each): bounds what many parallel uploads can pin.
 BODY_BUDGET = 64 << 20
+
+
+class StreamOwner(Protocol):
+    """What a stream uses of its connection (``h2conn.H2Connection`` is one; a protocol, so this
+    module does not import the module that imports it)."""
+
+    peer: str
+    held_bytes: int
+
+    def ack(self, stream_id: int, flow: int) -> None: ...
+
+    def send_headers(self, st: H2Stream, headers: list[tuple[str, str]], end: bool) -> None: ...
+
+    def mark_ready(self, st: H2Stream) -> None: ...
+
+    def flush_now(self, st: H2Stream) -> None: ...
 
 
 class RefusingConnection(h2.connection.H2Connection):
@@ -72,7 +85,7 @@ class H2Stream:
         "trailers",
     )
 
-    def __init__(self, conn: H2Connection, stream_id: int, headers: dict[str, str]) -> None:
+    def __init__(self, conn: StreamOwner, stream_id: int, headers: dict[str, str]) -> None:
         self._conn = conn
         self.id = stream_id
         self.headers = headers
