@@ -270,7 +270,7 @@ class Driver:
             while self.parked and not self.events and self.stopped is None and epoch == self.stream_epoch:
                 msg = stream.recv_nowait()
                 if msg is None:
-                    return
+                    break
                 self._log_frame(msg)
                 self.counters["frames_in_read_turn"] += 1
                 actions = self.machine.receive(msg, time.time(), self._can_start)
@@ -286,8 +286,11 @@ class Driver:
             self.post(("eof", epoch, Internal(f"session stream failed: {exc!r}")))
         finally:
             self.launching = None
-            for job in launching:
+        for job in launching:  # also after a failed frame: these jobs are started in the machine
+            try:
                 self._launch(job, in_read_turn=True)
+            except Exception as exc:  # isolation point: a socket callback must never raise
+                self.post(("eof", epoch, Internal(f"cannot start job {job.job_id}: {exc!r}")))
 
     def _timer_still_right(self, msg: pb.ServerMessage, actions: list[Action]) -> bool:
         """Whether the parked loop's timer still fires early enough after this frame.

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
+
+import pytest
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
@@ -207,3 +210,42 @@ def test_dispatch_and_cancel_in_one_read_never_reach_a_hand_off_executor() -> No
         assert executor.calls == [] and executor.cancels == []
 
     _run_with(executor, script)
+
+
+def test_a_failure_while_starting_a_job_in_the_read_turn_ends_the_session_not_the_callback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fault injection (an internal bug cannot be made real): the first launch raises. The socket
+    callback does not let it out (asyncio would log "Fatal error" and drop the transport); the
+    worker ends the session with the error and reconnects."""
+    from conveyor_sdk._worker import driver
+
+    original = driver.Driver._launch
+    calls = [0]
+
+    def failing_once(self: driver.Driver, job: Job, *, in_read_turn: bool) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("injected")
+        original(self, job, in_read_turn=in_read_turn)
+
+    monkeypatch.setattr(driver.Driver, "_launch", failing_once)
+    reg = Registry()
+
+    @reg.handler("t")
+    async def handler(task: TaskData, ctx: TaskContext) -> bytes:
+        return b"ok"
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess = await _opened(peer)
+        await sess.send(_dispatch("F"))
+        again = await asyncio.wait_for(_opened(peer), 10)  # the worker reconnected
+        await again.send(_dispatch("G"))
+        res = await _result(again)
+        assert (res.task_id, res.outcome) == ("G", pb.TASK_OUTCOME_SUCCESS)
+
+    with caplog.at_level(logging.WARNING):
+        _run(script, reg)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("cannot start job F: RuntimeError('injected')" in m for m in messages), messages
+    assert not any("Fatal error" in m for m in messages), messages
