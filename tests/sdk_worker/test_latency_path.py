@@ -11,7 +11,7 @@ import pytest
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk._protocol.framing import encode_frame
-from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, Outcome, OutcomeKind
+from conveyor_sdk._worker.executor import CancelReason, Executor, Job, JobControl, Outcome, OutcomeKind
 from conveyor_sdk._worker.outcomes import cancelled_outcome
 from conveyor_sdk.testing import PeerSession, ScriptedPeer
 from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
@@ -45,10 +45,10 @@ async def _result(sess: PeerSession) -> pb.Result:
             return msg.result
 
 
-def _run(script: object, registry: Registry) -> None:
+def _run(script: object, registry: Registry, executor: Executor | None = None) -> None:
     async def main() -> None:
         async with ScriptedPeer("grpc") as peer:
-            worker = Worker(peer.url, close_timeout=0.5)
+            worker = Worker(peer.url, close_timeout=0.5, executor=executor)
             run = asyncio.create_task(worker.run(registry))
             try:
                 await script(peer, worker)  # type: ignore[operator]
@@ -149,20 +149,6 @@ class HandOffExecutor:
                 fut.set_result([Outcome(OutcomeKind.RELEASED, "closing")])
 
 
-def _run_with(executor: HandOffExecutor, script: object) -> None:
-    async def main() -> None:
-        async with ScriptedPeer("grpc") as peer:
-            worker = Worker(peer.url, close_timeout=0.5, executor=executor)
-            run = asyncio.create_task(worker.run(Registry()))
-            try:
-                await script(peer, worker)  # type: ignore[operator]
-            finally:
-                worker.stop(immediate=True)
-                await asyncio.wait_for(asyncio.gather(run, return_exceptions=True), 20)
-
-    asyncio.run(main())
-
-
 async def _opened(peer: ScriptedPeer) -> PeerSession:
     sess = await peer.accept()
     assert (await sess.recv()) is not None  # Hello
@@ -192,7 +178,7 @@ def test_hand_off_executor_gets_the_job_in_the_read_turn() -> None:
         assert (res.task_id, res.outcome, res.error_msg) == ("K", pb.TASK_OUTCOME_RETRY, "canceled by server")
         assert executor.cancels == [("K", CancelReason.SERVER_CANCEL)]
 
-    _run_with(executor, script)
+    _run(script, Registry(), executor)
 
 
 def test_dispatch_and_cancel_in_one_read_never_reach_a_hand_off_executor() -> None:
@@ -209,7 +195,7 @@ def test_dispatch_and_cancel_in_one_read_never_reach_a_hand_off_executor() -> No
         assert (res.task_id, res.outcome, res.error_msg) == ("A", pb.TASK_OUTCOME_RETRY, "canceled by server")
         assert executor.calls == [] and executor.cancels == []
 
-    _run_with(executor, script)
+    _run(script, Registry(), executor)
 
 
 def test_a_failure_while_starting_a_job_in_the_read_turn_ends_the_session_not_the_callback(
