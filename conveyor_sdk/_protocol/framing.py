@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 import struct
 import urllib.parse
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from conveyor_sdk.errors import Code, ConveyorError, ProtocolError, ResourceExhausted, error_for_code
 
@@ -37,9 +36,8 @@ DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024
 _HEADER = struct.Struct(">BI")
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One decoded frame: its flag byte and payload."""
+class Frame(NamedTuple):
+    """One decoded frame: its flag byte and payload (a tuple: one is built per message received)."""
 
     flags: int
     data: bytes
@@ -77,11 +75,16 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[Frame]:
         """Add bytes; return every frame now complete, in order."""
-        self._buf += data
+        held = self._buf
+        if held:
+            held += data
+            buf: bytes | bytearray = held
+        else:  # nothing held back (the usual case): frames are cut from ``data`` itself
+            buf = data
         frames: list[Frame] = []
-        buf = self._buf
         offset = 0
-        while len(buf) - offset >= HEADER_SIZE:
+        size = len(buf)
+        while size - offset >= HEADER_SIZE:
             flags, length = _HEADER.unpack_from(buf, offset)
             if length > self.max_message:
                 raise ResourceExhausted(
@@ -90,12 +93,14 @@ class FrameDecoder:
             if flags & FLAG_COMPRESSED:
                 raise ProtocolError("compressed message received but no compression was negotiated")
             end = offset + HEADER_SIZE + length
-            if len(buf) < end:
+            if size < end:
                 break
             frames.append(Frame(flags, bytes(buf[offset + HEADER_SIZE : end])))
             offset = end
-        if offset:
-            del buf[:offset]
+        if held:
+            del held[:offset]
+        elif offset < size:
+            held += buf[offset:]
         return frames
 
 

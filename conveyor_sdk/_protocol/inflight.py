@@ -30,10 +30,6 @@ def seconds(msg: object) -> float:
     return (msg.seconds * 1_000_000_000 + msg.nanos) / 1e9  # type: ignore[attr-defined, no-any-return]
 
 
-def _min(values: list[float]) -> float | None:
-    return min(values) if values else None
-
-
 @dataclass(slots=True)
 class Delivery:
     """One dispatched unit of work, exactly as the server handed it over (never changed after).
@@ -83,8 +79,8 @@ def delivery_from_envelopes(
         group=group or first.options.group,
         received_at=now,
         dispatch_deadline=dispatch_deadline,
-        task_deadline=_min(deadlines),
-        timeout=_min(timeouts),
+        task_deadline=min(deadlines) if deadlines else None,  # inline: no call per Dispatch
+        timeout=min(timeouts) if timeouts else None,
     )
 
 
@@ -117,6 +113,7 @@ class ParkingLot:
         self._weights = dict(weights)
         self._queues: dict[str, deque[str]] = {q: deque() for q in weights}
         self._current: dict[str, int] = dict.fromkeys(weights, 0)
+        self.size = 0  # parked ids (an attribute: read for every Dispatch)
 
     def park(self, queue: str, job_id: str) -> None:
         if queue not in self._queues:  # a queue we did not declare: serve it with weight 1
@@ -124,11 +121,13 @@ class ParkingLot:
             self._queues[queue] = deque()
             self._current[queue] = 0
         self._queues[queue].append(job_id)
+        self.size += 1
 
     def remove(self, queue: str, job_id: str) -> None:
         dq = self._queues.get(queue)
         if dq is not None and job_id in dq:
             dq.remove(job_id)
+            self.size -= 1
 
     def pick(self, eligible: Callable[[str], bool]) -> str | None:
         """Pop the next job id by SWRR over queues whose head job is eligible; None if none."""
@@ -141,6 +140,7 @@ class ParkingLot:
             total += self._weights[q]
         best = max(candidates, key=lambda q: self._current[q])  # first declared wins ties
         self._current[best] -= total
+        self.size -= 1
         return self._queues[best].popleft()
 
     def ids(self) -> list[str]:
@@ -149,9 +149,10 @@ class ParkingLot:
     def clear(self) -> None:
         for dq in self._queues.values():
             dq.clear()
+        self.size = 0
 
     def __len__(self) -> int:
-        return sum(len(dq) for dq in self._queues.values())
+        return self.size
 
     def __bool__(self) -> bool:
-        return any(self._queues.values())
+        return self.size > 0

@@ -96,6 +96,8 @@ class Phase(enum.Enum):
     CLOSING = "closing"  # our request side is closed; waiting for the server's end
     STOPPED = "stopped"
 
+    __hash__ = object.__hash__  # members are singletons: keys of the frame table hash in C
+
 
 def _always(_: Delivery) -> bool:
     return True
@@ -126,6 +128,7 @@ class WorkerSession:
         self.epoch = 0
         self.session_id = ""
         self.server_version = ""
+        self.welcomes = 0  # Welcomes accepted so far (a change tells the driver to log the session)
         self.lease_ttl = DEFAULT_LEASE_TTL
         self.heartbeat_interval = DEFAULT_LEASE_TTL / 3
         self._jobs: dict[str, JobRecord] = {}
@@ -282,6 +285,7 @@ class WorkerSession:
     def _on_welcome(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
         w = msg.welcome
         self.phase = Phase.OPEN
+        self.welcomes += 1
         self.backoff.reset()
         self.session_id = w.session_id
         self.server_version = w.server_version
@@ -336,7 +340,7 @@ class WorkerSession:
         for task in delivery.tasks:
             self._task_index[task.id] = delivery.job_id
         if (  # nothing waits, a slot is free: start it without the parking lot (the common case)
-            not self._lot
+            not self._lot.size
             and self._running < self.config.concurrency
             and not self.draining
             and self.phase is Phase.OPEN

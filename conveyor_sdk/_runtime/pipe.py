@@ -24,7 +24,8 @@ import struct
 
 import msgspec
 
-from conveyor_sdk._worker.executor import Job, Outcome, OutcomeKind, TaskData
+from conveyor_sdk._worker._build import new_job, new_task_data
+from conveyor_sdk._worker.executor import Job, Outcome, OutcomeKind
 from conveyor_sdk.errors import ProtocolError
 
 __all__ = [
@@ -213,25 +214,25 @@ def job_to_msg(job: Job) -> RunJob:
 def job_from_msg(msg: RunJob) -> Job:
     """Rebuild the :class:`Job` a child runs from its frame."""
     tasks = tuple(
-        TaskData(
-            id=t.id,
-            queue=t.queue,
-            type=t.type,
-            payload=t.payload,
-            content_type=t.content_type,
-            metadata=t.metadata,
-            retried=t.retried,
-            max_retry=t.max_retry,
-            enqueued_at=t.enqueued_at,
-            timeout=t.timeout,
-            task_deadline=t.task_deadline,
-            group=t.group,
-        )
-        for t in msg.tasks
+        [
+            new_task_data(  # TaskData's fields, in order (see _worker._build)
+                t.id,
+                t.queue,
+                t.type,
+                t.payload,
+                t.content_type,
+                t.metadata,
+                t.retried,
+                t.max_retry,
+                t.enqueued_at,
+                t.timeout,
+                t.task_deadline,
+                t.group,
+            )
+            for t in msg.tasks
+        ]
     )
-    return Job(
-        job_id=msg.job_id, queue=msg.queue, type=msg.type, tasks=tasks, batch=msg.batch, deadline=msg.deadline
-    )
+    return new_job(msg.job_id, msg.queue, msg.type, tasks, msg.batch, msg.deadline)
 
 
 def outcome_to_msg(outcome: Outcome) -> OutcomeMsg:

@@ -231,13 +231,8 @@ class SessionCore:
         """Feed bytes read from the socket."""
         if self.connection_closed:
             return
-        if not self._seen_input:
-            self._seen_input = True
-            if data.startswith(b"HTTP/1."):  # h2 would wait for a 4 MiB "frame"; say what happened now
-                self._fail(
-                    Unavailable("the server answered in HTTP/1.x; it does not speak HTTP/2"), connection=True
-                )
-                return
+        if not self._seen_input and self._answered_in_http1(data):
+            return
         if self._fast_data and self.status == 200 and self._error_body is None and not self.finished:
             payloads, used = take_data_frames(self._conn, self.stream_id, data)
             self.fast_frames += len(payloads)
@@ -245,8 +240,9 @@ class SessionCore:
                 self._on_payload(payload, len(payload))
             if used:
                 data = data[used:]
-                if not data:
-                    self.flush()
+                if not data:  # DATA frames move no send window: only pending output needs a flush
+                    if self._out or self._end_requested:
+                        self.flush()
                     return
         try:
             events = self._conn.receive_data(data)
@@ -262,6 +258,16 @@ class SessionCore:
             if handler is not None:
                 handler(event)
         self.flush()
+
+    def _answered_in_http1(self, data: bytes) -> bool:
+        """On the first read: fail at once if the server answered in HTTP/1.x (True)."""
+        self._seen_input = True
+        if data.startswith(b"HTTP/1."):  # h2 would wait for a 4 MiB "frame"; say what happened now
+            self._fail(
+                Unavailable("the server answered in HTTP/1.x; it does not speak HTTP/2"), connection=True
+            )
+            return True
+        return False
 
     def connection_lost(self, exc: BaseException | None) -> None:
         """The socket closed (EOF or error)."""

@@ -32,6 +32,11 @@ __all__ = ["CancelSignal", "TaskContext"]
 ProgressSink = Callable[[str, int, str], None]
 
 
+# One lock for every signal: it guards a few field updates, never a wait, and a signal is
+# built for every job (a lock each would be one more allocation on the way to the handler).
+_LOCK = threading.Lock()
+
+
 class CancelSignal:
     """A thread-safe, one-shot cancellation flag with a reason, awaitable from any loop.
 
@@ -39,12 +44,12 @@ class CancelSignal:
     jobs are never cancelled nor waited on, and this object is built for every job.
     """
 
-    __slots__ = ("_event", "_fired", "_lock", "_reason", "_waiters")
+    __slots__ = ("_armed", "_event", "_fired", "_reason", "_waiters")
 
     def __init__(self) -> None:
+        self._armed: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
         self._fired = False
         self._event: threading.Event | None = None
-        self._lock = threading.Lock()
         self._reason: CancelReason | None = None
         self._waiters: list[tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = []
 
@@ -60,7 +65,7 @@ class CancelSignal:
 
     def set(self, reason: CancelReason) -> None:
         """Fire the signal (first reason wins); wakes threads and coroutines waiting on it."""
-        with self._lock:
+        with _LOCK:
             if self._fired:
                 return
             self._reason = reason
@@ -68,13 +73,41 @@ class CancelSignal:
             if self._event is not None:
                 self._event.set()
             waiters, self._waiters = self._waiters, []
+            armed = self._armed
+        if armed is not None and not armed[0].is_closed():
+            armed[0].call_soon_threadsafe(self._cancel_armed, armed[1])
         for loop, callback in waiters:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(callback)
 
+    def arm(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> bool:
+        """Have :meth:`set` cancel ``task`` (in ``loop``) until :meth:`disarm`.
+
+        The cheap form of ``add_callback(loop, task.cancel)`` for the task that runs an async
+        handler: no lock, closure or list per job. One task at a time: False (nothing armed)
+        while another task is armed, so the caller falls back to :meth:`add_callback`. A
+        cancel already scheduled when :meth:`disarm` runs is dropped: it never reaches the
+        code after the handler.
+        """
+        if self._armed is not None:
+            return False
+        self._armed = (loop, task)
+        return True
+
+    def disarm(self, task: asyncio.Task[Any]) -> None:
+        """Stop cancelling ``task`` (no-op when it is not the armed one)."""
+        armed = self._armed
+        if armed is not None and armed[1] is task:
+            self._armed = None
+
+    def _cancel_armed(self, task: asyncio.Task[Any]) -> None:
+        armed = self._armed
+        if armed is not None and armed[1] is task:
+            task.cancel()
+
     def add_callback(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:
         """Run ``callback`` in ``loop`` when the signal fires; False (not added) if already set."""
-        with self._lock:
+        with _LOCK:
             if self._fired:
                 return False
             self._waiters.append((loop, callback))
@@ -82,12 +115,12 @@ class CancelSignal:
 
     def remove_callback(self, callback: Callable[[], None]) -> None:
         """Forget a callback added with :meth:`add_callback` (no-op if absent)."""
-        with self._lock:
+        with _LOCK:
             self._waiters = [(lp, cb) for lp, cb in self._waiters if cb is not callback]
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block the calling thread until cancelled or ``timeout``; True when cancelled."""
-        with self._lock:
+        with _LOCK:
             if self._fired:
                 return True
             if self._event is None:

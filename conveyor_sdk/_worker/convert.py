@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk._protocol.inflight import Delivery, seconds
+from conveyor_sdk._worker._build import new_job, new_task_data
 from conveyor_sdk._worker.executor import Job, TaskData
 from conveyor_sdk._worker.registry import Registry
 
@@ -18,19 +17,19 @@ def task_data(env: tpb.TaskEnvelope, group: str = "") -> TaskData:
     ``group`` (from BatchDispatch.group) fills in when the envelope's options carry none.
     """
     opts = env.options
-    return TaskData(
-        id=env.id,
-        queue=env.queue,
-        type=env.type,
-        payload=bytes(env.payload),
-        content_type=env.content_type,
-        metadata=dict(env.metadata) if env.metadata else {},  # dict() of a map field walks Python ABCs
-        retried=env.retried,
-        max_retry=opts.max_retry,
-        enqueued_at=seconds(env.enqueued_at) if env.HasField("enqueued_at") else None,
-        timeout=seconds(opts.timeout) if opts.HasField("timeout") else None,
-        task_deadline=seconds(opts.deadline) if opts.HasField("deadline") else None,
-        group=opts.group or group,
+    return new_task_data(  # TaskData's fields, in order
+        env.id,
+        env.queue,
+        env.type,
+        bytes(env.payload),
+        env.content_type,
+        dict(env.metadata) if env.metadata else {},  # dict() of a map field walks Python ABCs
+        env.retried,
+        opts.max_retry,
+        seconds(env.enqueued_at) if env.HasField("enqueued_at") else None,
+        seconds(opts.timeout) if opts.HasField("timeout") else None,
+        seconds(opts.deadline) if opts.HasField("deadline") else None,
+        opts.group or group,
     )
 
 
@@ -38,15 +37,21 @@ def job_for_delivery(delivery: Delivery, registry: Registry | None, deadline: fl
     """The Job for a delivery. A batch-typed task delivered alone becomes a batch of one."""
     spec = registry.lookup(delivery.type) if registry is not None else None
     batch = delivery.batch or (spec is not None and spec.batch)
-    return Job(
-        job_id=delivery.job_id,
-        queue=delivery.queue,
-        type=delivery.type,
-        tasks=tuple([task_data(t, delivery.group) for t in delivery.tasks]),
-        batch=batch,
-        deadline=deadline,
+    return new_job(  # Job's fields, in order
+        delivery.job_id,
+        delivery.queue,
+        delivery.type,
+        (
+            (task_data(delivery.tasks[0], delivery.group),)
+            if len(delivery.tasks) == 1  # a Dispatch: no list to build on the way to the handler
+            else tuple([task_data(t, delivery.group) for t in delivery.tasks])
+        ),
+        batch,
+        deadline,
     )
 
 
 def with_deadline(job: Job, deadline: float | None) -> Job:
-    return job if job.deadline == deadline else replace(job, deadline=deadline)
+    if job.deadline == deadline:
+        return job
+    return new_job(job.job_id, job.queue, job.type, job.tasks, job.batch, deadline)

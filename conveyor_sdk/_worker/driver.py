@@ -89,10 +89,14 @@ class Driver:
         # An executor whose ``run`` is a plain method hands a job off in its synchronous part
         # (ProcessExecutor sends the RunJob): the read turn calls it, before any task step.
         self.run_hands_off = not inspect.iscoroutinefunction(executor.run)
-        self.job_cache: dict[str, Job] = {}
+        # The Job built for a delivery (by can_start, reused by Start), keyed by job id and
+        # valid only for that very delivery: a later delivery of the same id (a retry of a
+        # parked job that was answered unstarted) carries new fields and gets a new Job.
+        self.job_cache: dict[str, tuple[Delivery, Job]] = {}
         self.stopped: Stop | None = None
         self.parked = False  # True while the loop waits for an event (nothing mid-flight)
         self.armed: float | None = None  # when the parked loop's timer fires (None: no timer)
+        self.welcomes_logged = 0  # the machine's Welcome count last logged (see _log_welcome)
         self.counters: dict[str, int] = {
             "jobs_started": 0,
             "handler_failures": 0,
@@ -156,7 +160,7 @@ class Driver:
         now = time.time()
         if kind == "frame":
             if event[1] == self.stream_epoch:
-                await self._execute(self.machine.receive(event[2], now, self._can_start))
+                await self._execute(self._receive(event[2], now))
         elif kind == "actions":  # left over by the read-time fast path (see _take_frames)
             await self._execute(event[1])
         elif kind == "done":
@@ -271,9 +275,10 @@ class Driver:
                 msg = stream.recv_nowait()
                 if msg is None:
                     break
-                self._log_frame(msg)
                 self.counters["frames_in_read_turn"] += 1
                 actions = self.machine.receive(msg, time.time(), self._can_start)
+                if self.machine.welcomes != self.welcomes_logged:
+                    self._log_welcome()
                 for i, action in enumerate(actions):
                     if not self._execute_now(action):
                         self.post(("actions", actions[i:]))
@@ -308,10 +313,17 @@ class Driver:
                 return False
         return armed is not None
 
-    def _log_frame(self, msg: pb.ServerMessage) -> None:
-        if msg.WhichOneof("frame") == "welcome":
-            w = msg.welcome
-            self.log.info("session %s established (server %s)", w.session_id, w.server_version)
+    def _receive(self, msg: pb.ServerMessage, now: float) -> list[Action]:
+        """A frame the reader task read (the read-turn path inlines this)."""
+        actions = self.machine.receive(msg, now, self._can_start)
+        if self.machine.welcomes != self.welcomes_logged:
+            self._log_welcome()
+        return actions
+
+    def _log_welcome(self) -> None:
+        m = self.machine
+        self.welcomes_logged = m.welcomes
+        self.log.info("session %s established (server %s)", m.session_id, m.server_version)
 
     async def _read(self, stream: Any, epoch: int) -> None:
         try:
@@ -320,7 +332,6 @@ class Driver:
                 if msg is None:
                     self.post(("eof", epoch, None))
                     return
-                self._log_frame(msg)
                 self.post(("frame", epoch, msg))
         except ConveyorError as exc:
             self.post(("eof", epoch, exc))
@@ -374,12 +385,13 @@ class Driver:
 
     # -- jobs ----------------------------------------------------------------------------------------
     def _job(self, delivery: Delivery) -> Job:
-        job = self.job_cache.get(delivery.job_id)
-        if job is None or job.tasks[0].id != delivery.tasks[0].id:
-            job = job_for_delivery(delivery, self.registry)
-            if len(self.job_cache) > 4 * self.worker.concurrency + 64:  # drop answered-unstarted ones
-                self.job_cache = {k: v for k, v in self.job_cache.items() if self.machine.job(k)}
-            self.job_cache[delivery.job_id] = job
+        cached = self.job_cache.get(delivery.job_id)
+        if cached is not None and cached[0] is delivery:
+            return cached[1]
+        job = job_for_delivery(delivery, self.registry)
+        if len(self.job_cache) > 4 * self.worker.concurrency + 64:  # drop answered-unstarted ones
+            self.job_cache = {k: v for k, v in self.job_cache.items() if self.machine.job(k)}
+        self.job_cache[delivery.job_id] = (delivery, job)
         return job
 
     def _can_start(self, delivery: Delivery) -> bool:
@@ -410,7 +422,8 @@ class Driver:
                 failed: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
                 failed.set_exception(exc)
                 handed = failed
-        self.jobs[job.job_id] = asyncio.create_task(
+        # The loop's own create_task: asyncio.create_task is a Python wrapper around it.
+        self.jobs[job.job_id] = asyncio.get_running_loop().create_task(
             self._run_job(job, handed), name=f"conveyor-job-{job.job_id}"
         )
 

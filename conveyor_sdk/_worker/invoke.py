@@ -19,6 +19,7 @@ SKIP_RETRY. Cancellation: when the job's signal fired and the handler then raise
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -153,7 +154,7 @@ async def invoke_async(
     report_progress: ProgressSink | None = None,
 ) -> list[Outcome]:
     """Run ``job`` from a coroutine; one outcome per task, in order."""
-    ctx = make_context(job, signal, report_progress)
+    ctx = TaskContext(job, signal, report_progress)
     prep = _prepare(registry, ctx)
     if isinstance(prep, list):
         return prep
@@ -169,19 +170,28 @@ def _arm_cancel(ctx: TaskContext) -> Callable[[], None]:
     """Make the signal cancel the current task while the handler runs; returns the disarm function."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
-    armed = [True]
+    signal = ctx.signal
+    if task is None:
+        return _nothing
+    if signal.arm(loop, task):  # the usual case: one handler per signal
+        return functools.partial(signal.disarm, task)
+    armed = [True]  # another task holds the signal's slot: a callback of our own
 
     def fire() -> None:
-        if armed[0] and task is not None:
+        if armed[0]:
             task.cancel()
 
-    ctx.signal.add_callback(loop, fire)
+    signal.add_callback(loop, fire)
 
     def disarm() -> None:
         armed[0] = False
-        ctx.signal.remove_callback(fire)
+        signal.remove_callback(fire)
 
     return disarm
+
+
+def _nothing() -> None:
+    pass
 
 
 async def _invoke_prepared_async(registry: Registry, prep: _Prepared) -> list[Outcome]:

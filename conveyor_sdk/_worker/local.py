@@ -42,7 +42,7 @@ class LocalExecutor:
         self._abandoned = 0
         self._abandoned_futs: set[asyncio.Future[list[Outcome]]] = set()
         self._wakeup: Callable[[], None] = lambda: None
-        self._idle: asyncio.Event | None = None
+        self._idle: asyncio.Future[None] | None = None  # made by close() while jobs run
 
     def __repr__(self) -> str:
         return (
@@ -52,8 +52,6 @@ class LocalExecutor:
 
     async def start(self, wakeup: Callable[[], None]) -> None:
         self._wakeup = wakeup
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="conveyor-handler")
 
     def can_start(self, job: Job) -> bool:
@@ -64,9 +62,8 @@ class LocalExecutor:
 
     async def run(self, job: Job, control: JobControl) -> list[Outcome]:
         signal = CancelSignal()
-        self._signals[job.job_id] = signal
-        if self._idle is not None:
-            self._idle.clear()
+        signals = self._signals
+        signals[job.job_id] = signal
         try:
             spec = self.registry.lookup(job.type)
             if spec is None or spec.is_async:
@@ -75,9 +72,9 @@ class LocalExecutor:
                 )
             return await self._run_in_thread(job, signal, control)
         finally:
-            self._signals.pop(job.job_id, None)
-            if not self._signals and self._idle is not None:
-                self._idle.set()
+            signals.pop(job.job_id, None)
+            if not signals and self._idle is not None and not self._idle.done():
+                self._idle.set_result(None)  # close() is waiting for the last job
 
     async def _run_in_thread(self, job: Job, signal: CancelSignal, control: JobControl) -> list[Outcome]:
         if self._pool is None:
@@ -128,6 +125,12 @@ class LocalExecutor:
         self._abandoned_futs.discard(fut)
         self._wakeup()
 
+    def _idle_future(self) -> asyncio.Future[None]:
+        """Resolved when the last running job ends (no per-job cost: only close() waits)."""
+        if self._idle is None or self._idle.done():
+            self._idle = asyncio.get_running_loop().create_future()
+        return self._idle
+
     def cancel(self, job_id: str, reason: CancelReason) -> None:
         signal = self._signals.get(job_id)
         if signal is not None:
@@ -139,14 +142,14 @@ class LocalExecutor:
         Threads of sync handlers that ignore cancellation cannot be stopped; the pool is
         then shut down without waiting for them (they were already reported cancelled).
         """
-        if self._idle is not None and self._signals:
+        if self._signals:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), grace)
+                await asyncio.wait_for(asyncio.shield(self._idle_future()), grace)
         for signal in list(self._signals.values()):
             signal.set(CancelReason.DRAIN)
-        if self._idle is not None and self._signals:
+        if self._signals:
             try:
-                await asyncio.wait_for(self._idle.wait(), self.cancel_grace)
+                await asyncio.wait_for(asyncio.shield(self._idle_future()), self.cancel_grace)
             except TimeoutError:
                 log.warning("%d job(s) still running after close; abandoning them", len(self._signals))
         if self._abandoned_futs:  # threads of handlers that ignored cancellation

@@ -104,6 +104,7 @@ class Registry:
     def __init__(self) -> None:
         self._specs: dict[str, HandlerSpec] = {}
         self._middleware: list[Middleware] = []
+        self._middleware_view: tuple[Middleware, ...] = ()  # what ``middlewares`` returns, kept in step
 
     # -- registration -------------------------------------------------------------
     def register(self, spec: HandlerSpec) -> HandlerSpec:
@@ -165,6 +166,7 @@ class Registry:
     def middleware(self, mw: Middleware) -> Middleware:
         """Append a middleware (outermost first); returns it."""
         self._middleware.append(mw)
+        self._middleware_view = tuple(self._middleware)
         return mw
 
     add_middleware = middleware
@@ -176,7 +178,7 @@ class Registry:
 
     @property
     def middlewares(self) -> tuple[Middleware, ...]:
-        return tuple(self._middleware)
+        return self._middleware_view
 
     @property
     def types(self) -> tuple[str, ...]:

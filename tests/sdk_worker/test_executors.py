@@ -119,3 +119,48 @@ def test_worker_uses_a_pluggable_executor_and_its_wakeup() -> None:
         assert ex.ran == ["X"] and ex.closed
 
     asyncio.run(main())
+
+
+def test_close_waits_for_running_jobs_up_to_the_grace_then_cancels_them_as_drain() -> None:
+    """close(grace): a job that ends within the grace keeps its result; one that does not is cancelled."""
+    reg = Registry()
+    gate = asyncio.Event()
+    entered: list[str] = []
+
+    @reg.handler("soon")
+    async def soon(task: TaskData, ctx: TaskContext) -> bytes:
+        entered.append(task.id)
+        await gate.wait()
+        return b"finished"
+
+    @reg.handler("never")
+    async def never(task: TaskData, ctx: TaskContext) -> None:
+        entered.append(task.id)
+        await asyncio.sleep(60)
+
+    async def main() -> None:
+        ex = LocalExecutor(reg, threads=1, cancel_grace=5)
+        await ex.start(lambda: None)
+        control = JobControl(report_progress=lambda *a: None)
+        first = asyncio.ensure_future(ex.run(_job("a", "soon"), control))
+        async with asyncio.timeout(10):
+            while entered != ["a"]:
+                await asyncio.sleep(0.005)
+        closing = asyncio.ensure_future(ex.close(30))
+        await asyncio.sleep(0)
+        assert not closing.done()  # a job runs: close waits for it
+        gate.set()
+        await asyncio.wait_for(closing, 10)
+        assert (await first)[0] == Outcome(OutcomeKind.SUCCESS, result=b"finished")
+
+        ex = LocalExecutor(reg, threads=1, cancel_grace=5)
+        await ex.start(lambda: None)
+        second = asyncio.ensure_future(ex.run(_job("b", "never"), control))
+        async with asyncio.timeout(10):
+            while "b" not in entered:
+                await asyncio.sleep(0.005)
+        await asyncio.wait_for(ex.close(0.05), 10)  # the grace ends: DRAIN
+        out = await second
+        assert out[0].cancelled
+
+    asyncio.run(main())

@@ -291,3 +291,52 @@ def test_cancel_signal_wakes_threads_that_wait_before_and_after_it_fires() -> No
     assert woke == [True, True, True]
     assert sig.is_set and sig.reason is CancelReason.DRAIN
     assert sig.wait(0) is True
+
+
+def test_one_signal_shared_by_two_running_handlers_cancels_both() -> None:
+    """The first handler arms the signal's slot, the second falls back to a callback: set() stops both."""
+    reg = Registry()
+    entered: list[str] = []
+
+    @reg.handler("slow")
+    async def slow(task: TaskData, ctx: TaskContext) -> None:
+        entered.append(task.id)
+        await asyncio.sleep(60)
+
+    async def main() -> list[list[Outcome]]:
+        sig = CancelSignal()
+        runs = [asyncio.ensure_future(invoke_async(reg, _job(_task(tid, "slow")), signal=sig)) for tid in "ab"]
+        await _until(lambda: len(entered) == 2)
+        sig.set(CancelReason.SERVER_CANCEL)
+        return await asyncio.wait_for(asyncio.gather(*runs), 10)
+
+    outs = asyncio.run(main())
+    assert [out[0].cancelled for out in outs] == [True, True]
+
+
+def test_a_cancel_scheduled_before_the_handler_returned_does_not_reach_the_code_after_it() -> None:
+    """set() queues the task's cancel; a handler that returns before it runs keeps its result."""
+    reg = Registry()
+    sig = CancelSignal()
+
+    @reg.handler("quick")
+    async def quick(task: TaskData, ctx: TaskContext) -> bytes:
+        sig.set(CancelReason.DEADLINE)  # the cancel is queued behind this step, which returns
+        return b"done"
+
+    async def main() -> tuple[list[Outcome], bool]:
+        out = await invoke_async(reg, _job(_task(type_="quick")), signal=sig)
+        await asyncio.sleep(0)  # let the queued cancel callback run: it must find nothing armed
+        task = asyncio.current_task()
+        assert task is not None
+        return out, task.cancelling() > 0
+
+    out, cancelled_after = asyncio.run(main())
+    assert not cancelled_after
+    assert out[0].kind is OutcomeKind.SUCCESS and not out[0].cancelled
+
+
+async def _until(cond: Any, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not cond():
+            await asyncio.sleep(0.005)

@@ -235,3 +235,59 @@ def test_a_failure_while_starting_a_job_in_the_read_turn_ends_the_session_not_th
     messages = [r.getMessage() for r in caplog.records]
     assert any("cannot start job F: RuntimeError('injected')" in m for m in messages), messages
     assert not any("Fatal error" in m for m in messages), messages
+
+
+class GateExecutor:
+    """Runs nothing until ``open``: ``can_start`` refuses, so the core parks every delivery."""
+
+    def __init__(self) -> None:
+        self.open = False
+        self.seen: list[tuple[str, int, bytes]] = []
+
+    async def start(self, wakeup: Callable[[], None]) -> None:
+        pass
+
+    def can_start(self, job: Job) -> bool:
+        return self.open
+
+    async def run(self, job: Job, control: JobControl) -> list[Outcome]:
+        self.seen += [(t.id, t.retried, t.payload) for t in job.tasks]
+        return [Outcome(OutcomeKind.SUCCESS) for _ in job.tasks]
+
+    def cancel(self, job_id: str, reason: CancelReason) -> None:
+        pass
+
+    async def close(self, grace: float) -> None:
+        pass
+
+
+def test_a_redelivered_task_runs_with_its_new_fields_not_those_of_its_parked_delivery() -> None:
+    """A delivery parked and answered unstarted, then dispatched again: the executor sees the new one.
+
+    The Job built when the first delivery was parked must not stand in for the second
+    (same task id, so same job id, but a new retry count and payload).
+    """
+    gate = GateExecutor()
+
+    def dispatch(retried: int, payload: bytes) -> pb.ServerMessage:
+        msg = _dispatch("A")
+        msg.dispatch.task.retried = retried
+        msg.dispatch.task.payload = payload
+        return msg
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess = await peer.accept()
+        assert (await sess.recv()) is not None  # Hello
+        await sess.send_headers()
+        await sess.send(_welcome())
+        await sess.send(dispatch(0, b"first"))
+        await sess.send(_cancel("A"))  # parked: answered at once, never started
+        res = await _result(sess)
+        assert (res.task_id, res.outcome, res.error_msg) == ("A", pb.TASK_OUTCOME_RETRY, "canceled by server")
+        gate.open = True
+        await sess.send(dispatch(1, b"second"))
+        res = await _result(sess)
+        assert (res.task_id, res.outcome) == ("A", pb.TASK_OUTCOME_SUCCESS)
+        assert gate.seen == [("A", 1, b"second")]
+
+    _run(script, Registry(), gate)
