@@ -37,7 +37,7 @@ from conveyor_sdk._runtime.outbox import Outbox
 from conveyor_sdk._transport import eventloop
 from conveyor_sdk._worker.context import CancelSignal, ProgressSink
 from conveyor_sdk._worker.executor import CancelReason, Outcome, OutcomeKind
-from conveyor_sdk._worker.invoke import invoke_async
+from conveyor_sdk._worker.invoke import begin_async
 from conveyor_sdk._worker.registry import Registry
 
 __all__ = ["current_task_id", "main"]
@@ -181,9 +181,8 @@ class ChildLoop:
         token = current_task_id.set(msg.job_id)
         started = time.perf_counter()
         try:
-            outcomes = await invoke_async(
-                self.registry, job, signal=sig, report_progress=self._progress_sink()
-            )
+            begun = begin_async(self.registry, job, sig, self._progress_sink())  # invoke_async, inlined
+            outcomes = begun if isinstance(begun, list) else await begun
         except BaseException as exc:  # isolation point: the job must still be answered
             log.exception("job %s failed outside its handler", msg.job_id)
             outcomes = [Outcome(OutcomeKind.RETRY, error_msg=f"{type(exc).__name__}: {exc}")] * len(job.tasks)

@@ -16,9 +16,9 @@ from conveyor_sdk._transport.hpackfast import FastDecoder
 __all__ = [
     "CachingEncoder",
     "Connection",
+    "DataFrameTaker",
     "send_request",
     "str_headers",
-    "take_data_frames",
     "take_response_frames",
 ]
 
@@ -116,10 +116,8 @@ _END_HEADERS = 0x4
 _HEADER = 9
 
 
-def take_data_frames(
-    conn: h2.connection.H2Connection, stream_id: int, data: bytes
-) -> tuple[list[bytes], int]:
-    """Plain DATA frames of ``stream_id`` at the start of ``data``, read without h2's frame parser.
+class DataFrameTaker:
+    """Plain DATA frames of one stream at the start of a read, taken without h2's frame parser.
 
     The latency path of a worker: a Dispatch arrives as one DATA frame, and h2's generic
     parser (frame objects, their ``repr`` for its trace log, two state machines) costs more
@@ -128,49 +126,77 @@ def take_data_frames(
     buffered in h2, the frame is complete, carries no flags (no END_STREAM, no padding),
     fits both receive windows and the frame-size limit, and the stream is open for reading.
     Both windows are charged here exactly as h2 would, so acknowledging the bytes later
-    through h2 keeps WINDOW_UPDATEs identical. Returns the payloads and how many bytes of
-    ``data`` they used; the caller feeds the rest to h2, which sees every other frame and
-    every error case. It reads h2 (4.x) internals; should they change, it takes nothing.
+    through h2 keeps WINDOW_UPDATEs identical. :meth:`take` returns the payloads and how many
+    bytes of ``data`` they used; the caller feeds the rest to h2, which sees every other frame
+    and every error case.
+
+    It reads h2 (4.x) internals, looked up on the first :meth:`take` (after the response
+    headers) and kept for the stream's life: should they be missing, or should the response
+    announce a content-length, it takes nothing, ever.
     """
-    buffer = conn.incoming_buffer
-    if (
-        getattr(buffer, "_data", b"?")
-        or getattr(buffer, "_headers_buffer", True)
-        or conn.state_machine.state is not ConnectionState.CLIENT_OPEN
-    ):
-        return [], 0
-    stream = conn.streams.get(stream_id)
-    conn_window = getattr(conn, "_inbound_flow_control_window_manager", None)
-    stream_window = getattr(stream, "_inbound_window_manager", None)
-    if (
-        stream is None
-        or conn_window is None
-        or stream_window is None
-        or stream.state_machine.state not in _READABLE
-        or getattr(stream, "_expected_content_length", 0) is not None
-    ):
-        return [], 0
-    limit = conn.max_inbound_frame_size
-    payloads: list[bytes] = []
-    offset, size = 0, len(data)
-    while size - offset >= _HEADER:
-        length = int.from_bytes(data[offset : offset + 3], "big")
-        end = offset + _HEADER + length
+
+    __slots__ = ("_conn", "_refs", "_stream_id")
+
+    def __init__(self, conn: h2.connection.H2Connection, stream_id: int) -> None:
+        self._conn = conn
+        self._stream_id = stream_id
+        self._refs: tuple[Any, Any, Any, Any] | bool | None = None  # False: never take
+
+    def _resolve(self) -> tuple[Any, Any, Any, Any] | bool:
+        conn = self._conn
+        stream = conn.streams.get(self._stream_id)
+        refs = (
+            conn.incoming_buffer,
+            getattr(conn, "_inbound_flow_control_window_manager", None),
+            stream,
+            getattr(stream, "_inbound_window_manager", None),
+        )
+        buffer = refs[0]
+        usable = (
+            None not in refs
+            and hasattr(buffer, "_data")
+            and hasattr(buffer, "_headers_buffer")
+            and getattr(stream, "_expected_content_length", 0) is None
+        )
+        return refs if usable else False
+
+    def take(self, data: bytes) -> tuple[list[bytes], int]:
+        refs = self._refs
+        if refs is None:
+            refs = self._refs = self._resolve()
+        if refs is False:
+            return [], 0
+        buffer, conn_window, stream, stream_window = refs  # type: ignore[misc]
+        conn = self._conn
         if (
-            data[offset + 3] != _DATA
-            or data[offset + 4] != 0
-            or int.from_bytes(data[offset + 5 : offset + 9], "big") & 0x7FFFFFFF != stream_id
-            or end > size
-            or length > limit
-            or length > conn_window.current_window_size
-            or length > stream_window.current_window_size
+            buffer._data
+            or buffer._headers_buffer
+            or conn.state_machine.state is not ConnectionState.CLIENT_OPEN
+            or stream.state_machine.state not in _READABLE
         ):
-            break
-        conn_window.window_consumed(length)
-        stream_window.window_consumed(length)
-        payloads.append(data[offset + _HEADER : end])
-        offset = end
-    return payloads, offset
+            return [], 0
+        stream_id = self._stream_id
+        limit = conn.max_inbound_frame_size
+        payloads: list[bytes] = []
+        offset, size = 0, len(data)
+        while size - offset >= _HEADER:
+            length = int.from_bytes(data[offset : offset + 3], "big")
+            end = offset + _HEADER + length
+            if (
+                data[offset + 3] != _DATA
+                or data[offset + 4] != 0
+                or int.from_bytes(data[offset + 5 : offset + 9], "big") & 0x7FFFFFFF != stream_id
+                or end > size
+                or length > limit
+                or length > conn_window.current_window_size
+                or length > stream_window.current_window_size
+            ):
+                break
+            conn_window.window_consumed(length)
+            stream_window.window_consumed(length)
+            payloads.append(data[offset + _HEADER : end])
+            offset = end
+        return payloads, offset
 
 
 def take_response_frames(conn: h2.connection.H2Connection, data: bytes) -> tuple[list[Any], int]:

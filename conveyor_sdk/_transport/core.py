@@ -39,7 +39,7 @@ from conveyor_sdk._protocol.framing import (
     error_from_grpc_trailers,
 )
 from conveyor_sdk._transport import _status
-from conveyor_sdk._transport._h2 import Connection, str_headers, take_data_frames
+from conveyor_sdk._transport._h2 import Connection, DataFrameTaker, str_headers
 from conveyor_sdk.errors import (
     Canceled,
     ConveyorError,
@@ -87,7 +87,8 @@ class SessionCore:
         self.max_message = max_message
         self.stream_id = 0
         self._decoder = FrameDecoder(max_message=max_message)
-        self._fast_data = fast_data  # read plain DATA frames without h2's parser (take_data_frames)
+        self._fast_data = fast_data  # read plain DATA frames without h2's parser (DataFrameTaker)
+        self._taker: DataFrameTaker | None = None  # made with the stream
         self.fast_frames = 0
         self._recv_high_water = recv_high_water
         # outbound
@@ -134,6 +135,8 @@ class SessionCore:
         self._conn.initiate_connection()
         self._conn.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self.stream_id = self._conn.get_next_available_stream_id()
+        if self._fast_data:
+            self._taker = DataFrameTaker(self._conn, self.stream_id)
         self._conn.send_headers(self.stream_id, list(headers))
 
     def data_to_send(self) -> bytes:
@@ -233,8 +236,9 @@ class SessionCore:
             return
         if not self._seen_input and self._answered_in_http1(data):
             return
-        if self._fast_data and self.status == 200 and self._error_body is None and not self.finished:
-            payloads, used = take_data_frames(self._conn, self.stream_id, data)
+        taker = self._taker
+        if taker is not None and self.status == 200 and self._error_body is None and not self.finished:
+            payloads, used = taker.take(data)
             self.fast_frames += len(payloads)
             for payload in payloads:  # the hot path: messages straight from DATA frames
                 self._on_payload(payload, len(payload))

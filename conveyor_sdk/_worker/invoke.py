@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ from conveyor_sdk._worker.outcomes import (
 )
 from conveyor_sdk._worker.registry import HandlerSpec, Middleware, Registry
 
-__all__ = ["invoke", "invoke_async", "make_context"]
+__all__ = ["begin_async", "invoke", "invoke_async", "make_context"]
 
 
 @dataclass(slots=True)
@@ -154,23 +154,40 @@ async def invoke_async(
     report_progress: ProgressSink | None = None,
 ) -> list[Outcome]:
     """Run ``job`` from a coroutine; one outcome per task, in order."""
+    begun = begin_async(registry, job, signal, report_progress)
+    return begun if isinstance(begun, list) else await begun
+
+
+def begin_async(
+    registry: Registry, job: Job, signal: CancelSignal | None, report_progress: ProgressSink | None
+) -> list[Outcome] | Coroutine[Any, Any, list[Outcome]]:
+    """:func:`invoke_async` up to the handler: the outcomes when no handler runs, else what to await.
+
+    For an executor already in a coroutine: awaiting the result directly keeps one coroutine
+    out of the chain every resumption of the handler goes through.
+    """
     ctx = TaskContext(job, signal, report_progress)
     prep = _prepare(registry, ctx)
     if isinstance(prep, list):
         return prep
     if not prep.spec.is_async:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            None, lambda: invoke(registry, job, signal=ctx.signal, report_progress=report_progress)
-        )
-    return await _invoke_prepared_async(registry, prep)
+        return _invoke_in_default_pool(registry, job, ctx.signal, report_progress)
+    return _invoke_prepared_async(registry, prep)
 
 
-def _arm_cancel(ctx: TaskContext) -> Callable[[], None]:
+async def _invoke_in_default_pool(
+    registry: Registry, job: Job, signal: CancelSignal, report_progress: ProgressSink | None
+) -> list[Outcome]:
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(
+        None, lambda: invoke(registry, job, signal=signal, report_progress=report_progress)
+    )
+
+
+def _arm_cancel(signal: CancelSignal) -> Callable[[], None]:
     """Make the signal cancel the current task while the handler runs; returns the disarm function."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
-    signal = ctx.signal
     if task is None:
         return _nothing
     if signal.arm(loop, task):  # the usual case: one handler per signal
@@ -196,15 +213,16 @@ def _nothing() -> None:
 
 async def _invoke_prepared_async(registry: Registry, prep: _Prepared) -> list[Outcome]:
     ctx = prep.ctx
+    signal = ctx.signal
     entered: list[Middleware] = []
     result: Any = None
     error: BaseException | None = None
-    disarm = _arm_cancel(ctx)
+    disarm = _arm_cancel(signal)
     middlewares = registry.middlewares
     try:
         if middlewares:
             _run_before(middlewares, ctx, entered)
-        if ctx.cancelled:
+        if signal.is_set:
             ctx.raise_if_cancelled()
         result = await prep.spec.fn(prep.arg, ctx)
     except asyncio.CancelledError as exc:

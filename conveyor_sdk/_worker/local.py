@@ -20,7 +20,7 @@ from typing import Any
 
 from conveyor_sdk._worker.context import CancelSignal
 from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, Outcome
-from conveyor_sdk._worker.invoke import invoke, invoke_async
+from conveyor_sdk._worker.invoke import begin_async, invoke
 from conveyor_sdk._worker.outcomes import cancelled_outcome
 from conveyor_sdk._worker.registry import Registry
 
@@ -66,10 +66,9 @@ class LocalExecutor:
         signals[job.job_id] = signal
         try:
             spec = self.registry.lookup(job.type)
-            if spec is None or spec.is_async:
-                return await invoke_async(
-                    self.registry, job, signal=signal, report_progress=control.report_progress
-                )
+            if spec is None or spec.is_async:  # invoke_async, less one coroutine level
+                begun = begin_async(self.registry, job, signal, control.report_progress)
+                return begun if isinstance(begun, list) else await begun
             return await self._run_in_thread(job, signal, control)
         finally:
             signals.pop(job.job_id, None)

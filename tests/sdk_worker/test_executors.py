@@ -125,17 +125,17 @@ def test_close_waits_for_running_jobs_up_to_the_grace_then_cancels_them_as_drain
     """close(grace): a job that ends within the grace keeps its result; one that does not is cancelled."""
     reg = Registry()
     gate = asyncio.Event()
-    entered: list[str] = []
+    entered = {"a": asyncio.Event(), "b": asyncio.Event()}
 
     @reg.handler("soon")
     async def soon(task: TaskData, ctx: TaskContext) -> bytes:
-        entered.append(task.id)
+        entered[task.id].set()
         await gate.wait()
         return b"finished"
 
     @reg.handler("never")
     async def never(task: TaskData, ctx: TaskContext) -> None:
-        entered.append(task.id)
+        entered[task.id].set()
         await asyncio.sleep(60)
 
     async def main() -> None:
@@ -143,9 +143,7 @@ def test_close_waits_for_running_jobs_up_to_the_grace_then_cancels_them_as_drain
         await ex.start(lambda: None)
         control = JobControl(report_progress=lambda *a: None)
         first = asyncio.ensure_future(ex.run(_job("a", "soon"), control))
-        async with asyncio.timeout(10):
-            while entered != ["a"]:
-                await asyncio.sleep(0.005)
+        await asyncio.wait_for(entered["a"].wait(), 10)
         closing = asyncio.ensure_future(ex.close(30))
         await asyncio.sleep(0)
         assert not closing.done()  # a job runs: close waits for it
@@ -156,9 +154,7 @@ def test_close_waits_for_running_jobs_up_to_the_grace_then_cancels_them_as_drain
         ex = LocalExecutor(reg, threads=1, cancel_grace=5)
         await ex.start(lambda: None)
         second = asyncio.ensure_future(ex.run(_job("b", "never"), control))
-        async with asyncio.timeout(10):
-            while "b" not in entered:
-                await asyncio.sleep(0.005)
+        await asyncio.wait_for(entered["b"].wait(), 10)
         await asyncio.wait_for(ex.close(0.05), 10)  # the grace ends: DRAIN
         out = await second
         assert out[0].cancelled

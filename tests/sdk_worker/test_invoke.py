@@ -297,16 +297,21 @@ def test_one_signal_shared_by_two_running_handlers_cancels_both() -> None:
     """The first handler arms the signal's slot, the second falls back to a callback: set() stops both."""
     reg = Registry()
     entered: list[str] = []
+    both = asyncio.Event()
 
     @reg.handler("slow")
     async def slow(task: TaskData, ctx: TaskContext) -> None:
         entered.append(task.id)
+        if len(entered) == 2:
+            both.set()
         await asyncio.sleep(60)
 
     async def main() -> list[list[Outcome]]:
         sig = CancelSignal()
-        runs = [asyncio.ensure_future(invoke_async(reg, _job(_task(tid, "slow")), signal=sig)) for tid in "ab"]
-        await _until(lambda: len(entered) == 2)
+        runs = [
+            asyncio.ensure_future(invoke_async(reg, _job(_task(tid, "slow")), signal=sig)) for tid in "ab"
+        ]
+        await asyncio.wait_for(both.wait(), 10)
         sig.set(CancelReason.SERVER_CANCEL)
         return await asyncio.wait_for(asyncio.gather(*runs), 10)
 
@@ -334,9 +339,3 @@ def test_a_cancel_scheduled_before_the_handler_returned_does_not_reach_the_code_
     out, cancelled_after = asyncio.run(main())
     assert not cancelled_after
     assert out[0].kind is OutcomeKind.SUCCESS and not out[0].cancelled
-
-
-async def _until(cond: Any, timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not cond():
-            await asyncio.sleep(0.005)
