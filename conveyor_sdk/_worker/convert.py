@@ -11,16 +11,30 @@ from conveyor_sdk._worker.registry import Registry
 __all__ = ["job_for_delivery", "task_data"]
 
 
-def task_data(env: tpb.TaskEnvelope, group: str = "") -> TaskData:
+def task_data(env: tpb.TaskEnvelope, group: str = "", single: Delivery | None = None) -> TaskData:
     """Copy one envelope into a TaskData (payload bytes, metadata dict, time bounds in seconds).
 
     ``group`` (from BatchDispatch.group) fills in when the envelope's options carry none.
+    ``single``: the Delivery of a Dispatch (not a batch) whose only envelope ``env`` is; its
+    id, queue, type, group and deadline were read from ``env`` already and are taken from it
+    (each protobuf field read costs, on the way of every Dispatch to its handler).
     """
     opts = env.options
+    if single is None:
+        id_, queue, type_, group = env.id, env.queue, env.type, opts.group or group
+        deadline = seconds(opts.deadline) if opts.HasField("deadline") else None
+    else:
+        id_, queue, type_, group, deadline = (
+            single.job_id,
+            single.queue,
+            single.type,
+            single.group,
+            single.task_deadline,
+        )
     return new_task_data(  # TaskData's fields, in order
-        env.id,
-        env.queue,
-        env.type,
+        id_,
+        queue,
+        type_,
         bytes(env.payload),
         env.content_type,
         dict(env.metadata) if env.metadata else {},  # dict() of a map field walks Python ABCs
@@ -28,8 +42,8 @@ def task_data(env: tpb.TaskEnvelope, group: str = "") -> TaskData:
         opts.max_retry,
         seconds(env.enqueued_at) if env.HasField("enqueued_at") else None,
         seconds(opts.timeout) if opts.HasField("timeout") else None,
-        seconds(opts.deadline) if opts.HasField("deadline") else None,
-        opts.group or group,
+        deadline,
+        group,
     )
 
 
@@ -42,8 +56,8 @@ def job_for_delivery(delivery: Delivery, registry: Registry | None, deadline: fl
         delivery.queue,
         delivery.type,
         (
-            (task_data(delivery.tasks[0], delivery.group),)
-            if len(delivery.tasks) == 1  # a Dispatch: no list to build on the way to the handler
+            (task_data(delivery.tasks[0], single=delivery),)
+            if not delivery.batch  # a Dispatch: one envelope, read once
             else tuple([task_data(t, delivery.group) for t in delivery.tasks])
         ),
         batch,
