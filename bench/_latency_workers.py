@@ -58,7 +58,8 @@ async def run_ours(url: str, queue: str) -> None:
 async def run_floor(url: str, queue: str) -> None:
     """The floor: our Worker, but each task is stamped when its Dispatch's bytes reached Python.
 
-    The stamp is taken on entry to the session socket's ``data_received``, before any HTTP/2,
+    The stamp is taken on entry to the session socket's ``data_received`` (the protocol hands
+    it ``SessionStream._on_data`` itself, so that is where the stamp goes), before any HTTP/2,
     protobuf or session work, and written by the (empty) handler one loop turn later. On an
     idle queue nothing else is read in between, so this is what any asyncio worker pays
     before its first line of Python runs: producer, server, kernel wake-up and the loop's read.
@@ -67,13 +68,13 @@ async def run_floor(url: str, queue: str) -> None:
     from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
 
     read_ns = [0]
-    original = session._SocketProtocol.data_received
+    original = session.SessionStream._on_data
 
-    def data_received(self: object, data: bytes) -> None:
+    def on_data(self: session.SessionStream, data: bytes) -> None:
         read_ns[0] = time.monotonic_ns()
-        original(self, data)  # type: ignore[arg-type]
+        original(self, data)
 
-    session._SocketProtocol.data_received = data_received  # type: ignore[method-assign]
+    session.SessionStream._on_data = on_data  # type: ignore[method-assign]
     reg = Registry()
 
     @reg.handler("lat")

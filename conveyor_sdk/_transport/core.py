@@ -99,6 +99,7 @@ class SessionCore:
         self.send_closed = False  # END_STREAM sent, or the stream can no longer carry data
         # inbound
         self._messages: deque[bytes] = deque()
+        self.inbox = self._messages  # read-only outside: complete messages not yet taken
         self._queued_bytes = 0
         self._unacked = 0
         self.status: int | None = None

@@ -36,6 +36,9 @@ class _SocketProtocol(asyncio.Protocol):
 
     def __init__(self, stream: SessionStream) -> None:
         self._stream = stream
+        # The stream's own method, as an instance attribute: the loop calls it with no hop
+        # through this class (uvloop reads it once, when the transport is made).
+        self.data_received = stream._on_data  # type: ignore[method-assign]
 
     def data_received(self, data: bytes) -> None:
         self._stream._on_data(data)
@@ -123,11 +126,9 @@ class SessionStream:
         """Next server message; None after a clean end; raises ConveyorError on failure."""
         core = self._core
         while True:
-            data = core.take_message()
-            if data is not None:
-                self._write_out()
-                self.messages_received += 1
-                return _parse(data)
+            msg = self.recv_nowait()
+            if msg is not None:
+                return msg
             if core.finished:
                 if core.error is not None:
                     raise core.error
@@ -141,7 +142,12 @@ class SessionStream:
             return None
         self._write_out()
         self.messages_received += 1
-        return _parse(data)
+        msg = pb.ServerMessage()
+        try:
+            msg.ParseFromString(data)
+        except Exception as exc:  # protobuf's DecodeError (google.protobuf ships no type stubs)
+            raise _invalid(exc) from None
+        return msg
 
     def set_listener(self, listener: Callable[[], None] | None) -> None:
         """Call ``listener()`` from the socket callback whenever complete messages arrived.
@@ -225,11 +231,13 @@ class SessionStream:
     def _on_data(self, data: bytes) -> None:
         core = self._core
         core.receive_data(data)
-        if self._listener is not None and core.unread:
+        inbox = core.inbox
+        if self._listener is not None and inbox:
             self._listener()
         self._write_out()
-        self._signal.fire()
-        if core.unread or core.finished:  # nothing to wake ``recv`` for if the listener took it all
+        if self._signal.waiters:
+            self._signal.fire()
+        if inbox or core.finished:  # nothing to wake ``recv`` for if the listener took it all
             self._inbound.fire()
 
     def _on_lost(self, exc: Exception | None) -> None:
@@ -246,13 +254,8 @@ class SessionStream:
         await self._signal.wait()
 
 
-def _parse(data: bytes) -> pb.ServerMessage:
-    msg = pb.ServerMessage()
-    try:
-        msg.ParseFromString(data)
-    except Exception as exc:  # protobuf's DecodeError (google.protobuf ships no type stubs)
-        raise Internal(f"the server sent a message that is not a valid ServerMessage: {exc}") from None
-    return msg
+def _invalid(exc: Exception) -> Internal:
+    return Internal(f"the server sent a message that is not a valid ServerMessage: {exc}")
 
 
 async def open_session(

@@ -10,14 +10,14 @@ __all__ = ["Signal"]
 class Signal:
     """Level-less notification: waiters re-check their condition after each ``fire()``."""
 
-    __slots__ = ("_waiters",)
+    __slots__ = ("waiters",)
 
     def __init__(self) -> None:
-        self._waiters: list[asyncio.Future[None]] = []
+        self.waiters: list[asyncio.Future[None]] = []  # read-only outside: empty = fire() is a no-op
 
     def fire(self) -> None:
         """Wake every current waiter."""
-        waiters, self._waiters = self._waiters, []
+        waiters, self.waiters = self.waiters, []
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
@@ -25,9 +25,9 @@ class Signal:
     async def wait(self) -> None:
         """Wait for the next ``fire()`` (cancel-safe)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        self.waiters.append(fut)
         try:
             await fut
         finally:
-            if fut in self._waiters:
-                self._waiters.remove(fut)
+            if fut in self.waiters:
+                self.waiters.remove(fut)

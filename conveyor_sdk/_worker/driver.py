@@ -11,6 +11,7 @@ the machine's ``next_deadline()``. Every task the driver starts is awaited befor
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import threading
@@ -254,7 +255,7 @@ class Driver:
         self.stream = result
         actions = self.machine.connect(now)
         self.stream_epoch = epoch = self.machine.epoch
-        result.set_listener(lambda: self._take_frames(result, epoch))
+        result.set_listener(functools.partial(self._take_frames, result, epoch))
         self.reader = asyncio.create_task(self._read(result, self.stream_epoch))
         await self._execute(actions)
 
