@@ -399,8 +399,13 @@ class Driver:
         return self.executor.can_start(self._job(delivery))
 
     def _start(self, delivery: Delivery, deadline: float | None) -> None:
-        job = with_deadline(self._job(delivery), deadline)
-        self.job_cache.pop(delivery.job_id, None)
+        cached = self.job_cache.pop(delivery.job_id, None)  # what _can_start built, as a rule
+        if cached is None or cached[0] is not delivery:
+            job = job_for_delivery(delivery, self.registry, deadline)
+        elif cached[1].deadline != deadline:
+            job = with_deadline(cached[1], deadline)
+        else:
+            job = cached[1]
         self.counters["jobs_started"] += 1
         self.unstarted[job.job_id] = None
         if self.launching is not None:
