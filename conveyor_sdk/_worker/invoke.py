@@ -62,9 +62,12 @@ def _decode_error(task: TaskData, exc: BaseException) -> Outcome:
     return Outcome(OutcomeKind.SKIP_RETRY, error_msg=msg)
 
 
-def _prepare(registry: Registry, ctx: TaskContext) -> _Prepared | list[Outcome]:
+def _prepare(
+    registry: Registry, ctx: TaskContext, spec: HandlerSpec | None = None
+) -> _Prepared | list[Outcome]:
     job = ctx.job
-    spec = registry.lookup(job.type)
+    if spec is None:
+        spec = registry.lookup(job.type)
     if spec is None:
         msg = f"no handler registered for task type {job.type!r}"
         return [Outcome(OutcomeKind.RETRY, error_msg=msg) for _ in job.tasks]
@@ -159,15 +162,20 @@ async def invoke_async(
 
 
 def begin_async(
-    registry: Registry, job: Job, signal: CancelSignal | None, report_progress: ProgressSink | None
+    registry: Registry,
+    job: Job,
+    signal: CancelSignal | None,
+    report_progress: ProgressSink | None,
+    spec: HandlerSpec | None = None,
 ) -> list[Outcome] | Coroutine[Any, Any, list[Outcome]]:
     """:func:`invoke_async` up to the handler: the outcomes when no handler runs, else what to await.
 
     For an executor already in a coroutine: awaiting the result directly keeps one coroutine
-    out of the chain every resumption of the handler goes through.
+    out of the chain every resumption of the handler goes through. ``spec``: the registry's
+    spec for ``job.type`` when the caller looked it up already.
     """
     ctx = TaskContext(job, signal, report_progress)
-    prep = _prepare(registry, ctx)
+    prep = _prepare(registry, ctx, spec)
     if isinstance(prep, list):
         return prep
     if not prep.spec.is_async:

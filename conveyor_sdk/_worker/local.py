@@ -67,7 +67,7 @@ class LocalExecutor:
         try:
             spec = self.registry.lookup(job.type)
             if spec is None or spec.is_async:  # invoke_async, less one coroutine level
-                begun = begin_async(self.registry, job, signal, control.report_progress)
+                begun = begin_async(self.registry, job, signal, control.report_progress, spec)
                 return begun if isinstance(begun, list) else await begun
             return await self._run_in_thread(job, signal, control)
         finally:
