@@ -71,6 +71,8 @@ class Wire(enum.Enum):
     CONNECT_UNARY = "connect-unary"
     CONNECT_STREAM = "connect-stream"
 
+    __hash__ = object.__hash__  # members are singletons: a dict keyed by them hashes in C
+
     @property
     def framed(self) -> bool:
         """Whether request and response bodies carry 5-byte length-prefixed messages."""
@@ -79,12 +81,15 @@ class Wire(enum.Enum):
     @property
     def compression_header(self) -> str:
         """The request header naming the message compression."""
-        return {
-            Wire.GRPC: "grpc-encoding",
-            Wire.GRPC_WEB: "grpc-encoding",
-            Wire.CONNECT_UNARY: "content-encoding",
-            Wire.CONNECT_STREAM: "connect-content-encoding",
-        }[self]
+        return _COMPRESSION_HEADERS[self]
+
+
+_COMPRESSION_HEADERS = {  # built once: read on every request
+    Wire.GRPC: "grpc-encoding",
+    Wire.GRPC_WEB: "grpc-encoding",
+    Wire.CONNECT_UNARY: "content-encoding",
+    Wire.CONNECT_STREAM: "connect-content-encoding",
+}
 
 
 class Codec:
