@@ -44,3 +44,12 @@ async def wait_state(
     result = await eventually(probe, timeout=timeout, interval=0.05, what=f"{task_id} -> {state.name}")
     assert result is not None
     return result
+
+
+async def callbacks_queued_so_far() -> None:
+    """Return once every callback the loop had queued before this call has run (a task's next
+    step, a ``call_soon_threadsafe`` callback): a condition, not a pause of some length."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.call_soon_threadsafe(done.set_result, None)  # queued behind them
+    await done

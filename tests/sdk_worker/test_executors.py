@@ -21,6 +21,7 @@ from conveyor_sdk.worker import (
     TaskData,
     Worker,
 )
+from tests.sdk_worker._helpers import callbacks_queued_so_far
 
 
 def _job(tid: str, type_: str) -> Job:
@@ -136,7 +137,7 @@ def test_close_waits_for_running_jobs_up_to_the_grace_then_cancels_them_as_drain
     @reg.handler("never")
     async def never(task: TaskData, ctx: TaskContext) -> None:
         entered[task.id].set()
-        await asyncio.sleep(60)
+        await asyncio.Event().wait()  # until cancelled
 
     async def main() -> None:
         ex = LocalExecutor(reg, threads=1, cancel_grace=5)
@@ -145,7 +146,7 @@ def test_close_waits_for_running_jobs_up_to_the_grace_then_cancels_them_as_drain
         first = asyncio.ensure_future(ex.run(_job("a", "soon"), control))
         await asyncio.wait_for(entered["a"].wait(), 10)
         closing = asyncio.ensure_future(ex.close(30))
-        await asyncio.sleep(0)
+        await callbacks_queued_so_far()  # close took its first step
         assert not closing.done()  # a job runs: close waits for it
         gate.set()
         await asyncio.wait_for(closing, 10)

@@ -25,6 +25,7 @@ from conveyor_sdk.worker import (
     invoke,
     invoke_async,
 )
+from tests.sdk_worker._helpers import callbacks_queued_so_far
 
 
 def _task(tid: str = "t1", type_: str = "t", payload: bytes = b"{}", group: str = "") -> TaskData:
@@ -304,7 +305,7 @@ def test_one_signal_shared_by_two_running_handlers_cancels_both() -> None:
         entered.append(task.id)
         if len(entered) == 2:
             both.set()
-        await asyncio.sleep(60)
+        await asyncio.Event().wait()  # until cancelled
 
     async def main() -> list[list[Outcome]]:
         sig = CancelSignal()
@@ -331,7 +332,7 @@ def test_a_cancel_scheduled_before_the_handler_returned_does_not_reach_the_code_
 
     async def main() -> tuple[list[Outcome], bool]:
         out = await invoke_async(reg, _job(_task(type_="quick")), signal=sig)
-        await asyncio.sleep(0)  # let the queued cancel callback run: it must find nothing armed
+        await callbacks_queued_so_far()  # the queued cancel ran: it must have found nothing armed
         task = asyncio.current_task()
         assert task is not None
         return out, task.cancelling() > 0
