@@ -15,6 +15,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable
 
 _fd: int | None = None
 
@@ -27,6 +28,21 @@ def record(payload: bytes, t: int | None = None) -> None:
     if _fd is None:
         _fd = os.open(os.environ["LAT_OUT"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.write(_fd, b"%s %d\n" % (payload, t))
+
+
+def stamp_reads(stream_cls: type, clock: Callable[[], int]) -> list[int]:
+    """Patch ``stream_cls._on_data`` (what the session socket's ``data_received`` runs) so that
+    every read first stores ``clock()``; returns the one-item list that holds the last stamp.
+    ``stream_cls`` is ``SessionStream`` of whichever source tree the caller imported."""
+    read_ns = [0]
+    original = stream_cls._on_data  # type: ignore[attr-defined]
+
+    def on_data(self: object, data: bytes) -> None:
+        read_ns[0] = clock()
+        original(self, data)
+
+    stream_cls._on_data = on_data  # type: ignore[attr-defined]
+    return read_ns
 
 
 def make_registry() -> object:
@@ -67,14 +83,7 @@ async def run_floor(url: str, queue: str) -> None:
     from conveyor_sdk._transport import session
     from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
 
-    read_ns = [0]
-    original = session.SessionStream._on_data
-
-    def on_data(self: session.SessionStream, data: bytes) -> None:
-        read_ns[0] = time.monotonic_ns()
-        original(self, data)
-
-    session.SessionStream._on_data = on_data  # type: ignore[method-assign]
+    read_ns = stamp_reads(session.SessionStream, time.monotonic_ns)
     reg = Registry()
 
     @reg.handler("lat")

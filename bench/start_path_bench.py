@@ -39,18 +39,13 @@ def worker_main(argv: list[str]) -> None:
     url, queue, tree, out, count_arg, loop = argv
     count = int(count_arg)
     sys.path.insert(0, tree)
+    from _latency_workers import stamp_reads  # this tree's bench/, beside this script
+
     from conveyor_sdk._transport import session
     from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
 
-    read_ns = [0]
+    read_ns = stamp_reads(session.SessionStream, time.perf_counter_ns)
     durations: list[int] = []
-    original = session.SessionStream._on_data
-
-    def on_data(self: session.SessionStream, data: bytes) -> None:
-        read_ns[0] = time.perf_counter_ns()
-        original(self, data)
-
-    session.SessionStream._on_data = on_data  # type: ignore[method-assign]
     reg = Registry()
 
     @reg.handler("start")

@@ -20,12 +20,14 @@ into messages; :func:`encode` turns a message into bytes.
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 import struct
 
 import msgspec
 
 from conveyor_sdk._worker._build import new_job, new_task_data
-from conveyor_sdk._worker.executor import Job, Outcome, OutcomeKind
+from conveyor_sdk._worker.executor import Job, Outcome, OutcomeKind, TaskData
 from conveyor_sdk.errors import ProtocolError
 
 __all__ = [
@@ -189,6 +191,11 @@ class FrameReader:
         return len(self._buf)
 
 
+# TaskData's fields in declaration order, read off a TaskMsg (same names, same order): the
+# positional arguments new_task_data takes.
+_task_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(TaskData)))
+
+
 def job_to_msg(job: Job) -> RunJob:
     """The :class:`RunJob` frame for ``job``."""
     tasks = [
@@ -213,25 +220,7 @@ def job_to_msg(job: Job) -> RunJob:
 
 def job_from_msg(msg: RunJob) -> Job:
     """Rebuild the :class:`Job` a child runs from its frame."""
-    tasks = tuple(
-        [
-            new_task_data(  # TaskData's fields, in order (see _worker._build)
-                t.id,
-                t.queue,
-                t.type,
-                t.payload,
-                t.content_type,
-                t.metadata,
-                t.retried,
-                t.max_retry,
-                t.enqueued_at,
-                t.timeout,
-                t.task_deadline,
-                t.group,
-            )
-            for t in msg.tasks
-        ]
-    )
+    tasks = tuple([new_task_data(*_task_fields(t)) for t in msg.tasks])
     return new_job(msg.job_id, msg.queue, msg.type, tasks, msg.batch, msg.deadline)
 
 

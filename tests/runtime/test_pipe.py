@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,6 +30,11 @@ def test_job_round_trips_through_a_frame() -> None:
     [msg] = pipe.FrameReader().feed(pipe.encode(pipe.job_to_msg(job)))
     assert isinstance(msg, pipe.RunJob)
     assert pipe.job_from_msg(msg) == job
+
+
+def test_a_task_crosses_the_pipe_field_for_field() -> None:
+    """TaskMsg mirrors TaskData name for name, in order (the child rebuilds TaskData positionally)."""
+    assert pipe.TaskMsg.__struct_fields__ == tuple(f.name for f in dataclasses.fields(TaskData))
 
 
 def test_outcomes_round_trip_and_unknown_kind_reads_as_retry() -> None:
