@@ -7,6 +7,8 @@ run and against the same server, measures:
 
 * ``Client`` (async, Connect + proto over h2c, validation + codec included),
   ``Client(protocol="grpc")``, and ``SyncClient`` (sequential only);
+* ``Client`` through connectrpc's generic client on the same HTTP/2 transport (``connectrpc``
+  rows: the path every task call took before ``_client/connect_unary.py``);
 * the baseline: ``grpc.aio`` with hand-written ``channel.unary_unary`` stubs and
   the same pre-encoded payload (no validation, no codec).
 
@@ -14,6 +16,10 @@ Figures: sequential calls/s, concurrent calls/s (``--concurrency`` in flight),
 EnqueueBatch items/s (1000 items per call), and client CPU microseconds per
 call (this process only; the server runs in its own process). The best of
 ``--rounds`` rounds is printed.
+
+Idle round trip (``--idle`` calls per client, 0 to skip): one Enqueue every ``--gap-ms`` ms, so
+each call starts on an idle, cold process as a producer's sporadic enqueue does; the two Connect
+paths take turns call by call, and p50/p90 of each are printed with their ratio.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import grpc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from conveyor_sdk._client.h2transport import H2Transport  # noqa: E402
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb  # noqa: E402
 from conveyor_sdk.client import Client, SyncClient, task  # noqa: E402
 from conveyor_server_min.testing import ServerProcess  # noqa: E402
@@ -82,9 +89,15 @@ def baseline_stubs(channel: grpc.aio.Channel) -> tuple[Callable[..., Awaitable[p
     return enqueue, batch
 
 
+def _client(url: str, variant: str) -> Client:
+    if variant == "connectrpc":  # a transport given by the caller: connectrpc's generic client on it
+        return Client(url, transport=H2Transport(url))
+    return Client(url, protocol=variant)  # type: ignore[arg-type]
+
+
 async def bench_ours(url: str, args: argparse.Namespace, protocol: str) -> list[Figure]:
     label = f"Client ({protocol})"
-    async with Client(url, protocol=protocol) as client:  # type: ignore[arg-type]
+    async with _client(url, protocol) as client:
         await client.enqueue("warmup", PAYLOAD)
 
         async def seq() -> None:
@@ -160,6 +173,27 @@ def bench_sync(url: str, args: argparse.Namespace) -> Figure:
         )
 
 
+async def idle_round_trips(url: str, calls: int, gap: float) -> dict[str, list[float]]:
+    """Round-trip ms of enqueues on idle clients, the two Connect paths taking turns."""
+    out: dict[str, list[float]] = {"connect": [], "connectrpc": []}
+    async with _client(url, "connect") as ours, _client(url, "connectrpc") as theirs:
+        pair = {"connect": ours, "connectrpc": theirs}
+        for client in pair.values():
+            await client.enqueue("warmup", PAYLOAD, queue="idle")
+        for i in range(calls * 2):
+            name = ("connect", "connectrpc")[i % 2]
+            await asyncio.sleep(gap)
+            t0 = time.perf_counter()
+            await pair[name].enqueue("idle", PAYLOAD, queue="idle")
+            out[name].append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def best(rounds: list[list[Figure]]) -> list[Figure]:
     return [min(group, key=lambda f: f.wall) for group in zip(*rounds, strict=True)]
 
@@ -170,11 +204,19 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--idle", type=int, default=150, help="idle round trips per Connect path (0: skip)")
+    parser.add_argument("--gap-ms", type=float, default=20.0)
     args = parser.parse_args()
+    idle: dict[str, list[float]] = {}
     with ServerProcess(["--dev"]) as server:
-        results: dict[str, list[list[Figure]]] = {"connect": [], "grpc": [], "baseline": [], "sync": []}
+        results: dict[str, list[list[Figure]]] = {
+            "connect": [], "connectrpc": [], "grpc": [], "baseline": [], "sync": []
+        }  # fmt: skip
+        if args.idle:
+            idle = asyncio.run(idle_round_trips(server.url, args.idle, args.gap_ms / 1000))
         for _ in range(args.rounds):
             results["connect"].append(asyncio.run(bench_ours(server.url, args, "connect")))
+            results["connectrpc"].append(asyncio.run(bench_ours(server.url, args, "connectrpc")))
             results["grpc"].append(asyncio.run(bench_ours(server.url, args, "grpc")))
             results["baseline"].append(asyncio.run(bench_baseline(server.url, args)))
             results["sync"].append([bench_sync(server.url, args)])
@@ -183,10 +225,16 @@ def main() -> None:
         f"client benchmark: {args.calls} unary calls, {args.batches}x{BATCH} batch items,"
         f" best of {args.rounds}"
     )
-    for key in ("connect", "grpc", "sync", "baseline"):
+    for key in ("connect", "connectrpc", "grpc", "sync", "baseline"):
         figures = best(results[key])
         for fig in figures:
             print(fig.line("item" if "Batch" in fig.name else "call"))
+    if idle:
+        print(f"idle round trip, one enqueue every {args.gap_ms:g} ms, {args.idle} calls per path (ms):")
+        for name, values in idle.items():
+            print(f"  Client ({name:<10})  p50 {_pct(values, 0.5):.3f}  p90 {_pct(values, 0.9):.3f}")
+        ratio = _pct(idle["connect"], 0.5) / _pct(idle["connectrpc"], 0.5)
+        print(f"  connect / connectrpc p50: {ratio:.2f}")
     print(f"server exit code: {code}")
 
 

@@ -42,6 +42,7 @@ from conveyor_sdk._client.admin_types import (
     TaskEventType,
 )
 from conveyor_sdk._client.admin_wire import CronOptions
+from conveyor_sdk._client.connect_unary import ConnectUnaryStub
 from conveyor_sdk._client.convert import enqueue_result, task_info
 from conveyor_sdk._client.h2transport import H2Transport
 from conveyor_sdk._client.options import EnqueueOptions, TaskSpec, ValidationError
@@ -215,8 +216,13 @@ class Client(_Base):
         # Task calls (the producer's hot path) run on an asyncio HTTP/2 transport: no thread hop.
         self._h2 = H2Transport(self.address, ca_pem=self._config.tls_ca_cert) if self._native_h2() else None
         ckw = self._config.connect_kwargs()
-        tasks_http = pyqwest.Client(self._h2) if self._h2 is not None else http
-        self._tasks = sc.TaskServiceClient(self.address, http_client=tasks_http, **ckw)
+        self._tasks: Any  # connectrpc's generated client or ConnectUnaryStub (same methods)
+        cfg = self._config
+        if self._h2 is not None and cfg.protocol == "connect" and cfg.wire_format == "proto":
+            self._tasks = ConnectUnaryStub(self._h2, pb.DESCRIPTOR.services_by_name["TaskService"])
+        else:  # connectrpc's client; on our HTTP/2 transport when we own the connection
+            tasks_http = pyqwest.Client(self._h2) if self._h2 is not None else http
+            self._tasks = sc.TaskServiceClient(self.address, http_client=tasks_http, **ckw)
         self.admin = AsyncAdmin(
             self._caller, sc.AdminServiceClient(self.address, http_client=http, **ckw), self.codecs
         )

@@ -12,12 +12,17 @@ What it does:
 * a new connection when the old one died or received GOAWAY (the old one finishes its
   streams first); ``http://`` is h2c with prior knowledge, ``https://`` TLS with ALPN ``h2``,
   the client's CA bundle (``tls_ca_cert``) or the system store;
-* request and response bodies of any size under both directions' flow control;
+* request and response bodies of any size under both directions' flow control; a response
+  with ``content-encoding: gzip`` is inflated (as pyqwest's own transport does: connectrpc
+  asks for gzip and leaves inflating to the transport), up to :data:`MAX_INFLATED` bytes;
 * a cancelled call (e.g. its deadline, kept by :class:`~conveyor_sdk._client.transport.UnaryCaller`)
   resets its stream with RST_STREAM(CANCEL);
 * failures are :class:`~conveyor_sdk.errors.ConveyorError`\\ s (connection refused, TLS,
   GOAWAY, reset, lost connection: Unavailable ...), which connectrpc wraps and
   :func:`~conveyor_sdk._client.transport.translate` unwraps.
+
+:meth:`H2Transport.exchange` is the same request without pyqwest's request and response
+objects, for :mod:`~conveyor_sdk._client.connect_unary` (which speaks Connect itself).
 
 HTTP/1.1 (``http2=False``), the blocking :class:`~conveyor_sdk.client.SyncClient` and the admin
 service (its server stream ``watch_events`` included) stay on pyqwest.
@@ -27,23 +32,25 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
+import zlib
 from collections.abc import AsyncIterator
-from typing import cast
+from typing import NamedTuple, cast
 
 import pyqwest
 from hpack import NeverIndexedHeaderTuple
 
 from conveyor_sdk._client.h2conn import H2Conn, H2Stream
 from conveyor_sdk._transport import _connect
-from conveyor_sdk.errors import ConveyorError, Unavailable
+from conveyor_sdk.errors import ConveyorError, Internal, ResourceExhausted, Unavailable
 
-__all__ = ["H2Transport"]
+__all__ = ["MAX_INFLATED", "Exchange", "H2Transport", "Inflater"]
 
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"}
 )
 _CLOSE_WAIT = 2.0
 _HEADER_LISTS = 64
+MAX_INFLATED = 64 << 20  # bytes a gzip response may inflate to
 
 
 class H2Transport:
@@ -86,6 +93,32 @@ class H2Transport:
             raise
         return _response(conn, stream)
 
+    async def exchange(
+        self, path: str, fields: tuple[tuple[str, str], ...], body: bytes, seconds: float | None
+    ) -> Exchange:
+        """POST ``body`` to ``path`` and read the whole response, within ``seconds`` (None: no limit).
+
+        The deadline is armed once the request is on the socket (the connection's own connect
+        timeout covers a new connection); at the deadline the stream is reset and TimeoutError
+        raised. The response body is returned to the server's flow control as it is read."""
+        loop = asyncio.get_running_loop()
+        deadline = None if seconds is None else loop.time() + seconds
+        headers = self._headers_for("POST", self._prefix + path, fields)
+        conn = self._conn
+        if conn is None or not conn.has_capacity():
+            async with asyncio.timeout_at(deadline):
+                conn = await self._ready()
+        stream, sent = conn.start(headers, body)
+        async with asyncio.timeout_at(deadline):
+            try:
+                if sent < len(body):
+                    await conn.send_rest(stream, body, sent)
+                return await _read_all(conn, stream)
+            except BaseException:
+                if not stream.done:  # deadline, cancellation: the server may stop working on it
+                    conn.cancel(stream)
+                raise
+
     async def aclose(self) -> None:
         """Close every connection (GOAWAY first); calls still open fail. Idempotent."""
         self._closed = True
@@ -107,7 +140,11 @@ class H2Transport:
 
         The list is shared between calls: nothing below mutates it (h2 and ``send_request``
         only read it)."""
-        method, url, fields = request.method, request.url, tuple(request.headers.items())
+        return self._headers_for(request.method, request.url, tuple(request.headers.items()))
+
+    def _headers_for(
+        self, method: str, url: str, fields: tuple[tuple[str, str], ...]
+    ) -> list[tuple[str, str]]:
         key = (method, url, fields)
         headers = self._header_lists.get(key)
         if headers is None:
@@ -194,24 +231,92 @@ async def _read_body(content: object) -> bytes:
     return b"".join(parts)
 
 
-def _response(conn: H2Conn, stream: H2Stream) -> pyqwest.Response:
-    if stream.headers is None:  # failed before any response
-        conn.cancel(stream)
-        raise stream.error or Unavailable("the server ended the stream without a response")
+class Exchange(NamedTuple):
+    """A whole response: status, headers (lower-case names, no pseudo-headers), body."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+async def _read_all(conn: H2Conn, stream: H2Stream) -> Exchange:
+    parts: list[bytes] = []
+    chunks = stream.chunks
+    while True:
+        while chunks:
+            data, size = chunks.popleft()
+            conn.consumed(stream, size)
+            parts.append(data)
+        if stream.error is not None:
+            raise stream.error
+        if stream.ended:
+            break
+        await stream.wake.wait()
+    if stream.headers is None:
+        raise Unavailable("the server ended the stream without a response")
+    status, headers = _split_status(stream.headers)
+    return Exchange(status, headers, parts[0] if len(parts) == 1 else b"".join(parts))
+
+
+def _split_status(raw: list[tuple[str, str]]) -> tuple[int, list[tuple[str, str]]]:
     status, headers = 0, []
-    for name, value in stream.headers:
+    for name, value in raw:
         if name == ":status":
             status = int(value) if value.isdigit() else 0
         elif not name.startswith(":"):
             headers.append((name, value))
+    return status, headers
+
+
+def _response(conn: H2Conn, stream: H2Stream) -> pyqwest.Response:
+    if stream.headers is None:  # failed before any response
+        conn.cancel(stream)
+        raise stream.error or Unavailable("the server ended the stream without a response")
+    status, headers = _split_status(stream.headers)
     trailers = pyqwest.Headers()
+    content = _content(conn, stream, trailers)
+    if ("content-encoding", "gzip") in headers:  # connectrpc expects the transport to inflate it
+        content = _inflated(content)
     return pyqwest.Response(
         status=status,
         http_version=pyqwest.HTTPVersion.HTTP2,
         headers=pyqwest.Headers(headers),
-        content=_content(conn, stream, trailers),
+        content=content,
         trailers=trailers,
     )
+
+
+class Inflater:
+    """Inflates a gzip body chunk by chunk, refusing more than :data:`MAX_INFLATED` bytes out."""
+
+    __slots__ = ("_left", "_zlib")
+
+    def __init__(self) -> None:
+        self._zlib = zlib.decompressobj(wbits=31)
+        self._left = MAX_INFLATED
+
+    def feed(self, data: bytes) -> bytes:
+        """The bytes ``data`` inflates to."""
+        try:
+            out = self._zlib.decompress(data, self._left + 1)
+        except zlib.error as exc:
+            raise Internal(f"malformed gzip response: {exc}") from None
+        self._left -= len(out)
+        if self._left < 0 or self._zlib.unconsumed_tail:
+            raise ResourceExhausted(f"response inflates beyond {MAX_INFLATED} bytes")
+        return out
+
+    def end(self) -> None:
+        """The body is over: it must have been a whole gzip stream."""
+        if not self._zlib.eof:
+            raise Internal("malformed gzip response: truncated")
+
+
+async def _inflated(content: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    inflater = Inflater()
+    async for chunk in content:
+        yield inflater.feed(chunk)
+    inflater.end()
 
 
 async def _content(conn: H2Conn, stream: H2Stream, trailers: pyqwest.Headers) -> AsyncIterator[bytes]:

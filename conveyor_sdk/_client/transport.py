@@ -171,8 +171,9 @@ class UnaryCaller:
     ) -> RES:
         """One call. Over Connect the deadline is kept here, with ``asyncio.timeout``, and sent as
         ``connect-timeout-ms``: connectrpc's own ``wait_for`` would run the request in a new task,
-        one event-loop turn (about 50-70 us on an idle loop) before its bytes are written."""
-        if timeout_ms is None or self.config.protocol != "connect":
+        one event-loop turn (about 50-70 us on an idle loop) before its bytes are written. A method
+        that keeps its deadline itself (``keeps_deadline``: see ``connect_unary``) gets it as is."""
+        if timeout_ms is None or self.config.protocol != "connect" or getattr(fn, "keeps_deadline", False):
             return await fn(request, headers=self.headers, timeout_ms=timeout_ms)
         headers = self._timed.get(timeout_ms)
         if headers is None:  # connectrpc copies what it is given, so one dict serves every call

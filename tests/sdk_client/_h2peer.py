@@ -23,6 +23,7 @@ class Knobs:
     delay: float = 0.0
     answer: bool = True
     goaway_after: int | None = None  # answer this many calls, then GOAWAY(last = highest answered)
+    reply: tuple[int, list[tuple[str, str]], bytes] | None = None  # (status, headers, body) instead
 
 
 @dataclass
@@ -111,8 +112,15 @@ class UnaryPeer:
         resp.task.id = f"t-{self.seen.answered}"
         resp.task.type = "peer"
         resp.task.queue = "default"
-        conn.send_headers(sid, [(":status", "200"), ("content-type", "application/proto")])
-        conn.send_data(sid, resp.SerializeToString(), end_stream=True)
+        if self.knobs.reply is not None:
+            status, headers, body = self.knobs.reply
+            conn.send_headers(sid, [(":status", str(status)), *headers], end_stream=not body)
+            step = conn.max_outbound_frame_size
+            for at in range(0, len(body), step):
+                conn.send_data(sid, body[at : at + step], end_stream=at + step >= len(body))
+        else:
+            conn.send_headers(sid, [(":status", "200"), ("content-type", "application/proto")])
+            conn.send_data(sid, resp.SerializeToString(), end_stream=True)
         open_streams.discard(sid)
         if self.knobs.goaway_after is not None and self.seen.answered >= self.knobs.goaway_after:
             conn.close_connection(last_stream_id=sid)
