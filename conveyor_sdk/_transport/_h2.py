@@ -5,16 +5,18 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import h2.config
 import h2.connection
 import h2.exceptions
-from h2.connection import AllowedStreamIDs, ConnectionState
-from h2.stream import StreamInputs, StreamState
+from h2.connection import ConnectionState
+from h2.stream import H2Stream, H2StreamStateMachine, StreamInputs, StreamState, _transitions
 from hpack import Encoder
 from hpack.table import HeaderTable
 
 from conveyor_sdk._transport.hpackfast import FastDecoder
 
 __all__ = [
+    "PLAIN_CLIENT_CONFIG",
     "CachingEncoder",
     "Connection",
     "DataFrameTaker",
@@ -25,6 +27,25 @@ __all__ = [
 
 _READABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL)
 _CLIENT_OPEN = ConnectionState.CLIENT_OPEN  # a global: an Enum member read through its class costs ~10x
+_OPEN, _HALF_CLOSED_LOCAL = StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL
+# The rows of h2's stream transition table that send_request applies itself: a new stream sends
+# its request headers (IDLE -> OPEN, request_sent), then DATA (OPEN -> OPEN, nothing else) and
+# END_STREAM (OPEN -> HALF_CLOSED_LOCAL, nothing else). Checked here against h2's table; should
+# it differ, h2's own process_input moves the stream.
+_OWN_SEND_TRANSITIONS = (
+    _transitions.get((StreamState.IDLE, StreamInputs.SEND_HEADERS))
+    == (H2StreamStateMachine.request_sent, _OPEN)
+    and _transitions.get((_OPEN, StreamInputs.SEND_DATA)) == (None, _OPEN)
+    and _transitions.get((_OPEN, StreamInputs.SEND_END_STREAM)) == (None, _HALF_CLOSED_LOCAL)
+)
+# The client configuration of H2Conn: send_request knows by its identity that outbound headers are
+# neither validated nor normalised (reading those three options costs three descriptor calls).
+PLAIN_CLIENT_CONFIG = h2.config.H2Configuration(
+    client_side=True,
+    header_encoding="utf-8",
+    validate_outbound_headers=False,
+    normalize_outbound_headers=False,
+)
 
 
 class Connection(h2.connection.H2Connection):
@@ -282,7 +303,8 @@ def send_request(
     The latency path of a producer: h2's ``send_headers``/``send_data`` encode every field to
     bytes, build validation flags and frame objects, serialize them and log along the way, about
     half of the Python calls between ``Client.enqueue()`` and the socket write. Here the stream is
-    opened by h2's own ``_begin_new_stream`` and moved by its own stream state machine, the block
+    opened as h2's ``_begin_new_stream`` opens it and moved along h2's own transition table (the
+    three rows checked at import, :data:`_OWN_SEND_TRANSITIONS`), the block
     comes from ``conn.encoder`` (hpack encodes ``str`` exactly as h2's ``utf8_encode_headers``
     would), and the frames are written into h2's output buffer as h2 would serialize them: HEADERS
     (CONTINUATION past the frame size) with END_STREAM when there is no body, then ``body`` as one
@@ -298,10 +320,8 @@ def send_request(
     config = conn.config
     if (
         conn.state_machine.state is not _CLIENT_OPEN
-        or not config.client_side
-        or config.validate_outbound_headers
-        or config.normalize_outbound_headers
         or not headers
+        or (config is not PLAIN_CLIENT_CONFIG and not _plain_client(config))
     ):
         return None
     highest = conn.highest_outbound_stream_id
@@ -311,8 +331,13 @@ def send_request(
         or conn.open_outbound_streams + 1 > conn.remote_settings.max_concurrent_streams
     ):
         return None
-    stream = conn._begin_new_stream(stream_id, AllowedStreamIDs.ODD)
-    stream.state_machine.process_input(StreamInputs.SEND_HEADERS)
+    stream = _new_stream(conn, stream_id)
+    machine = stream.state_machine
+    if _OWN_SEND_TRANSITIONS:  # request_sent's whole work, as h2's process_input would do it
+        machine.state = _OPEN
+        machine.client = machine.headers_sent = True
+    else:
+        machine.process_input(StreamInputs.SEND_HEADERS)
     authority = method = None
     for name, value in headers:
         if name == ":authority" and authority is None:
@@ -325,7 +350,7 @@ def send_request(
     out = conn._data_to_send
     _header_frames(out, stream_id, block, conn.max_outbound_frame_size, end_stream=not body)
     if not body:
-        stream.state_machine.process_input(StreamInputs.SEND_END_STREAM)
+        _end_stream(machine)
         return stream_id, 0
     size = len(body)
     if (
@@ -334,13 +359,40 @@ def send_request(
         or size > conn.max_outbound_frame_size
     ):
         return stream_id, 0  # the caller splits it through h2's send_data
-    stream.state_machine.process_input(StreamInputs.SEND_DATA)
-    stream.state_machine.process_input(StreamInputs.SEND_END_STREAM)
+    if not _OWN_SEND_TRANSITIONS:  # OPEN --SEND_DATA--> OPEN does nothing else
+        machine.process_input(StreamInputs.SEND_DATA)
+    _end_stream(machine)
     out += size.to_bytes(3, "big") + bytes((_DATA, _END_STREAM)) + stream_id.to_bytes(4, "big")
     out += body
     stream.outbound_flow_control_window -= size
     conn.outbound_flow_control_window -= size
     return stream_id, size
+
+
+def _new_stream(conn: h2.connection.H2Connection, stream_id: int) -> H2Stream:
+    """``conn._begin_new_stream(stream_id, AllowedStreamIDs.ODD)`` for the id ``send_request`` chose
+    (odd, above every outbound id so far, on a client connection), without its debug logging."""
+    stream = H2Stream(
+        stream_id,
+        config=conn.config,
+        inbound_window_size=conn.local_settings.initial_window_size,
+        outbound_window_size=conn.remote_settings.initial_window_size,
+    )
+    stream.max_outbound_frame_size = conn.max_outbound_frame_size
+    conn.streams[stream_id] = stream
+    conn.highest_outbound_stream_id = stream_id
+    return stream
+
+
+def _plain_client(config: h2.config.H2Configuration) -> bool:
+    return config.client_side and not (config.validate_outbound_headers or config.normalize_outbound_headers)
+
+
+def _end_stream(machine: H2StreamStateMachine) -> None:
+    if _OWN_SEND_TRANSITIONS:
+        machine.state = _HALF_CLOSED_LOCAL
+    else:
+        machine.process_input(StreamInputs.SEND_END_STREAM)
 
 
 def _header_frames(out: bytearray, stream_id: int, block: bytes, limit: int, *, end_stream: bool) -> None:

@@ -11,6 +11,7 @@ import h2.connection
 import h2.exceptions
 import h2.settings
 from h2.connection import ConnectionState
+from h2.stream import StreamState
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -260,3 +261,29 @@ def test_real_calls_take_the_fast_path() -> None:
     fast_sends, last_id = asyncio.run(main())
     assert last_id == 19  # ten calls, one stream each
     assert fast_sends >= 9  # all but the first: h2 is IDLE until its first stream
+
+
+def test_the_fast_path_moves_streams_itself_and_knows_the_client_configuration() -> None:
+    """With the installed h2 the three transitions are applied directly (the table check holds),
+    and H2Conn's shared configuration is the one whose identity skips the option reads."""
+    from conveyor_sdk._client.h2conn import H2Conn
+    from conveyor_sdk._transport import _h2
+    from conveyor_sdk._transport._connect import parse_target
+
+    assert _h2._OWN_SEND_TRANSITIONS
+    config = _h2.PLAIN_CLIENT_CONFIG
+    assert config.client_side
+    assert not config.validate_outbound_headers and not config.normalize_outbound_headers
+
+    async def conn_config() -> object:
+        return H2Conn(parse_target("http://127.0.0.1:1")).h2.config
+
+    assert asyncio.run(conn_config()) is config
+    conn = Connection(config)
+    conn.encoder = CachingEncoder()
+    conn.initiate_connection()
+    conn.send_headers(1, _headers(0), end_stream=True)
+    assert send_request(conn, _headers(1), b"") == (3, 0)
+    machine = conn.streams[3].state_machine
+    assert machine.state is StreamState.HALF_CLOSED_LOCAL
+    assert machine.client and machine.headers_sent
