@@ -73,6 +73,7 @@ class SessionStream:
         self._write_scheduled = False
         self._closed = False
         self._listener: Callable[[], None] | None = None
+        self._in_read = False  # the listener runs inside a read (``_on_data`` writes once after it)
         self.messages_sent = 0
         self.messages_received = 0
 
@@ -137,10 +138,14 @@ class SessionStream:
 
     def recv_nowait(self) -> pb.ServerMessage | None:
         """The next complete server message if one is queued, else None (never waits, never ends)."""
-        data = self._core.take_message()
+        core = self._core
+        if not core.inbox:
+            return None
+        data = core.take_message()
         if data is None:
             return None
-        self._write_out()
+        if not self._in_read:  # taking it may have queued a WINDOW_UPDATE; a read writes once at its end
+            self._write_out()
         self.messages_received += 1
         msg = pb.ServerMessage()
         try:
@@ -233,7 +238,11 @@ class SessionStream:
         core.receive_data(data)
         inbox = core.inbox
         if self._listener is not None and inbox:
-            self._listener()
+            self._in_read = True
+            try:
+                self._listener()
+            finally:
+                self._in_read = False
         self._write_out()
         if self._signal.waiters:
             self._signal.fire()

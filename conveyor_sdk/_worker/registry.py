@@ -103,6 +103,9 @@ class Registry:
 
     def __init__(self) -> None:
         self._specs: dict[str, HandlerSpec] = {}
+        # ``lookup(type)``: the spec for ``type`` or None. The dict's own ``get``: a worker looks
+        # a job's type up several times before its handler starts, and a C call is the cheapest.
+        self.lookup: Callable[[str], HandlerSpec | None] = self._specs.get
         self._middleware: list[Middleware] = []
         self._middleware_view: tuple[Middleware, ...] = ()  # what ``middlewares`` returns, kept in step
 
@@ -172,10 +175,6 @@ class Registry:
     add_middleware = middleware
 
     # -- lookup ---------------------------------------------------------------------
-    def lookup(self, type: str) -> HandlerSpec | None:
-        """The spec for ``type`` or None."""
-        return self._specs.get(type)
-
     @property
     def middlewares(self) -> tuple[Middleware, ...]:
         return self._middleware_view
