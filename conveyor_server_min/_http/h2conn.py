@@ -34,7 +34,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from .h2fast import acknowledge, new_server_h2, send_data, take_frames
+from .h2fast import acknowledge, new_server_h2, retire_closed, send_data, take_frames
 from .h2guard import FRAMES_PER_TURN
 from .h2stream import HIGH_WATER, H2Stream, header_dict
 from .inline import start_inline
@@ -124,6 +124,8 @@ class H2Connection:
         if self._starting:
             self._start_handlers()
         self._write_out()
+        if len(self.h2.streams) > len(self.streams) and not self._closed:
+            retire_closed(self.h2)  # after the write: the dispatch of an inline Enqueue has left already
         if frames.throttled and not self._closed and not self._next_turn:
             self._next_turn = True  # more frames wait: parse them on a later turn, read nothing new
             self.transport.pause_reading()

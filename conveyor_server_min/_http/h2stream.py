@@ -39,6 +39,7 @@ class RefusingConnection(h2.connection.H2Connection):
     """h2 treats a stream beyond MAX_CONCURRENT_STREAMS as a connection error; refuse it instead."""
 
     _bypass_limit = False
+    stream_limit = 0  # SETTINGS_MAX_CONCURRENT_STREAMS we announce (set by new_server_h2; see h2fast)
 
     @property
     def open_inbound_streams(self) -> int:

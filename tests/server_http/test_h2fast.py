@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conveyor_server_min._http.h2fast import acknowledge, new_server_h2, send_data, take_frames
+from conveyor_server_min._http.h2fast import acknowledge, new_server_h2, retire_closed, send_data, take_frames
 from conveyor_server_min._http.h2guard import FRAMES_PER_TURN
 from conveyor_server_min._http.limits import HttpLimits
 
@@ -46,6 +46,7 @@ class Side:
             if used < len(data) or not used:
                 events += self.conn.receive_data(data[used:])
             outcome: Any = [_event(e) for e in events]
+            retire_closed(self.conn)  # as H2Connection does after every read (h2fast skips h2's count)
         except h2.exceptions.ProtocolError as exc:
             outcome = ("error", type(exc).__name__, exc.error_code)
         return outcome, self.conn.data_to_send(), self.frames.throttled, self.frames.empty_frames
