@@ -70,13 +70,15 @@ def delivery_from_envelopes(
             if timeout > 0:
                 timeouts.append(timeout)
     first = tasks[0]
+    if len(tasks) > 1:
+        opts = first.options  # the loop left the last member's
     return Delivery(
         job_id=f"batch:{first.id}" if batch else first.id,
         queue=first.queue,
         type=first.type,
         tasks=tasks,
         batch=batch,
-        group=group or first.options.group,
+        group=group or opts.group,
         received_at=now,
         dispatch_deadline=dispatch_deadline,
         task_deadline=min(deadlines) if deadlines else None,  # inline: no call per Dispatch

@@ -135,6 +135,7 @@ class WorkerSession:
         self.session_id = ""
         self.server_version = ""
         self.welcomes = 0  # Welcomes accepted so far (a change tells the driver to log the session)
+        self.last_frame: str | None = None  # the oneof name of the frame fed last (None: empty frame)
         self.lease_ttl = DEFAULT_LEASE_TTL
         self.heartbeat_interval = DEFAULT_LEASE_TTL / 3
         self._jobs: dict[str, JobRecord] = {}
@@ -274,7 +275,7 @@ class WorkerSession:
     # -- server frames ------------------------------------------------------------------------
     def receive(self, msg: pb.ServerMessage, now: float, can_start: CanStart = _always) -> list[Action]:
         """Feed one server frame."""
-        kind = msg.WhichOneof("frame")
+        self.last_frame = kind = msg.WhichOneof("frame")
         if kind is None:
             return [Notice("ignored an empty or unknown server frame")]
         handler = _FRAME_TABLE.get((self.phase, kind))

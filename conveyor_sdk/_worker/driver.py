@@ -304,7 +304,7 @@ class Driver:
         Cheap on the hot path (no scan of every job): a Dispatch that started at once only
         adds its own deadline; anything else (parked deliveries, other frames) re-arms.
         """
-        if msg.WhichOneof("frame") != "dispatch" or not actions:
+        if self.machine.last_frame != "dispatch" or not actions:  # the machine read the oneof already
             return False
         armed = self.armed
         for action in actions:

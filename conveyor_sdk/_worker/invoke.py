@@ -180,7 +180,7 @@ def begin_async(
         return prep
     if not prep.spec.is_async:
         return _invoke_in_default_pool(registry, job, ctx.signal, report_progress)
-    return _invoke_prepared_async(registry, prep)
+    return _invoke_prepared_async(registry, prep, ctx.signal if signal is None else signal)
 
 
 async def _invoke_in_default_pool(
@@ -219,9 +219,12 @@ def _nothing() -> None:
     pass
 
 
-async def _invoke_prepared_async(registry: Registry, prep: _Prepared) -> list[Outcome]:
+async def _invoke_prepared_async(
+    registry: Registry, prep: _Prepared, signal: CancelSignal | None = None
+) -> list[Outcome]:
     ctx = prep.ctx
-    signal = ctx.signal
+    if signal is None:
+        signal = ctx.signal
     entered: list[Middleware] = []
     result: Any = None
     error: BaseException | None = None

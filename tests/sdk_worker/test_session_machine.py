@@ -539,3 +539,17 @@ def test_random_walk_keeps_gate_and_one_result_per_delivery(ops: list[tuple[str,
         in_flight = set(w.s.in_flight_ids())
         assert all(w.answered[i] + (i in in_flight) == w.delivered[i] for i in w.delivered)
         assert set(w.answered) <= set(w.delivered)
+
+
+def test_last_frame_names_the_frame_fed_last() -> None:
+    """The driver reads it instead of asking protobuf for the oneof a second time."""
+    s = WorkerSession(_cfg())
+    assert s.last_frame is None
+    s.receive(_welcome(), 0.0)
+    assert s.last_frame == "welcome"
+    s.receive(_dispatch("a"), 0.1)
+    assert s.last_frame == "dispatch"
+    s.receive(_cancel("a"), 0.2)
+    assert s.last_frame == "cancel"
+    s.receive(pb.ServerMessage(), 0.3)
+    assert s.last_frame is None
