@@ -36,6 +36,7 @@ from conveyor_sdk._transport._h2 import (
     PLAIN_CLIENT_CONFIG,
     CachingEncoder,
     Connection,
+    retire_closed,
     send_request,
     str_headers,
     take_response_frames,
@@ -135,6 +136,8 @@ class H2Conn(asyncio.Protocol):
         for event in events:
             self._on_event(event)
         self.flush()
+        if len(self.h2.streams) > len(self.streams) and not self.closed:
+            retire_closed(self.h2)  # the send path leaves retiring finished streams to the reads
         if self.draining and not self.streams:
             self.close()
 

@@ -20,6 +20,7 @@ __all__ = [
     "CachingEncoder",
     "Connection",
     "DataFrameTaker",
+    "retire_closed",
     "send_request",
     "str_headers",
     "take_response_frames",
@@ -313,7 +314,7 @@ def send_request(
 
     Returns ``None`` having changed nothing wherever h2 would do more or fail: the connection is
     not open (h2 still IDLE before its first stream, or closed), stream ids are exhausted, the
-    server's MAX_CONCURRENT_STREAMS is reached (counted, and closed streams retired, by h2),
+    server's MAX_CONCURRENT_STREAMS is reached (counted by h2 near the limit: :func:`_at_stream_limit`),
     outbound header validation or normalisation is on, or there are no headers. It reads h2 (4.x)
     internals; should they change, it takes nothing.
     """
@@ -326,10 +327,7 @@ def send_request(
         return None
     highest = conn.highest_outbound_stream_id
     stream_id = highest + 2 if highest else 1
-    if (
-        stream_id > conn.HIGHEST_ALLOWED_STREAM_ID
-        or conn.open_outbound_streams + 1 > conn.remote_settings.max_concurrent_streams
-    ):
+    if stream_id > conn.HIGHEST_ALLOWED_STREAM_ID or _at_stream_limit(conn):
         return None
     stream = _new_stream(conn, stream_id)
     machine = stream.state_machine
@@ -367,6 +365,22 @@ def send_request(
     stream.outbound_flow_control_window -= size
     conn.outbound_flow_control_window -= size
     return stream_id, size
+
+
+def _at_stream_limit(conn: h2.connection.H2Connection) -> bool:
+    """Whether one more stream would pass the server's MAX_CONCURRENT_STREAMS.
+
+    Fewer streams held than the limit means fewer open, so h2's count (a walk over every stream
+    that also retires the closed ones, tens of us on a cold process) runs only near the limit;
+    the connection retires closed streams itself, off the send path (:func:`retire_closed`).
+    """
+    limit = conn.remote_settings.max_concurrent_streams
+    return len(conn.streams) + 1 > limit and conn.open_outbound_streams + 1 > limit
+
+
+def retire_closed(conn: h2.connection.H2Connection) -> None:
+    """Move h2's closed streams out of ``conn.streams``, as h2 does whenever it counts open ones."""
+    conn._open_streams(0)  # the walk behind open_(in|out)bound_streams, for its retiring
 
 
 def _new_stream(conn: h2.connection.H2Connection, stream_id: int) -> H2Stream:

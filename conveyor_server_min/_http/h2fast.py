@@ -48,6 +48,7 @@ from h2.events import DataReceived, RequestReceived, StreamEnded
 from h2.stream import STREAM_OPEN, H2Stream, H2StreamStateMachine, StreamInputs, StreamState, _transitions
 from h2.windows import WindowManager
 
+from conveyor_sdk._transport._h2 import retire_closed
 from conveyor_sdk._transport.hpackfast import FastDecoder
 
 from .h2guard import HEADER_COST, GuardedFrameBuffer
@@ -228,8 +229,8 @@ def _headers(
     if headers is None:
         return None
     # Fewer streams held than our own limit: fewer open, so h2's count (a walk over every stream
-    # that also retires the closed ones, ~40 us cold) is not needed here; retire_closed does the
-    # retiring once the read's output is written.
+    # that also retires the closed ones, ~40 us cold) is not needed here; the connection retires
+    # them once the read's output is written (retire_closed).
     if len(conn.streams) >= getattr(conn, "stream_limit", 0) and (
         conn.open_inbound_streams >= conn.local_settings.max_concurrent_streams
     ):
@@ -244,15 +245,6 @@ def _headers(
     frames, events = stream.receive_headers(headers, end, conn.config.header_encoding)
     conn._prepare_for_sending(frames)
     return events
-
-
-def retire_closed(conn: h2.connection.H2Connection) -> None:
-    """Move h2's closed streams out of ``conn.streams``, as h2 does whenever it counts open streams.
-
-    :func:`take_frames` skips that count while fewer streams are held than the connection's own
-    limit, so the owner calls this once a read's output is on its way.
-    """
-    conn._open_streams(0)  # the walk behind open_(in|out)bound_streams, for its retiring
 
 
 def _new_stream(conn: h2.connection.H2Connection, stream_id: int) -> H2Stream:

@@ -275,3 +275,19 @@ def test_header_lists_are_built_once_per_distinct_request() -> None:
     ]
     with pytest.raises(Unavailable, match="only talks to"):
         transport._headers(pyqwest.Request("POST", "http://elsewhere:2/a"))
+
+
+def test_finished_streams_leave_h2s_table(url: str) -> None:
+    """The send path counts open streams only near the server's limit; reads retire finished
+    streams, so h2's stream table does not grow with the calls made."""
+
+    async def main() -> tuple[int, int]:
+        async with Client(url) as client:
+            for i in range(30):
+                await client.enqueue("h2:retire", {"i": i})
+            conn = client._h2._conn  # type: ignore[union-attr]
+            return len(conn.h2.streams), len(conn.h2._closed_streams)
+
+    held, retired = asyncio.run(main())
+    assert held == 0
+    assert retired == 30

@@ -15,7 +15,7 @@ from h2.stream import StreamState
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conveyor_sdk._transport._h2 import CachingEncoder, Connection, send_request
+from conveyor_sdk._transport._h2 import CachingEncoder, Connection, retire_closed, send_request
 from conveyor_sdk.client import Client
 from conveyor_server_min.testing import ServerProcess
 
@@ -158,10 +158,14 @@ def _state(conn: h2.connection.H2Connection) -> tuple[Any, ...]:
 
 
 def _feed(conn: h2.connection.H2Connection, data: bytes) -> Any:
+    """One read, then the retiring of closed streams H2Conn does after each read (the fast path
+    counts open streams only near the limit, so it leaves that to the reads)."""
     try:
-        return [repr(e) for e in conn.receive_data(data)]
+        events = [repr(e) for e in conn.receive_data(data)]
     except h2.exceptions.ProtocolError as exc:
         return f"error {type(exc).__name__}"
+    retire_closed(conn)
+    return events
 
 
 def _serve(srv: h2.connection.H2Connection, action: tuple[Any, ...]) -> None:
@@ -223,6 +227,8 @@ def test_fast_path_matches_h2(
         if action[0] == "request":
             headers, body = _headers(action[1]), _body(plain, action[2])
             assert _open(fast, headers, body, True) == _open(plain, headers, body, False)
+            for conn in (fast, plain):  # h2's send path retires closed streams as it counts; ours
+                retire_closed(conn)  # leaves it to the reads: compare modulo when that happens
             assert _state(fast) == _state(plain)
         else:
             _serve(srv, action)
