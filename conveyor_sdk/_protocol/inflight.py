@@ -34,7 +34,7 @@ def seconds(msg: object) -> float:
 class Delivery:
     """One dispatched unit of work, exactly as the server handed it over (never changed after).
 
-    Not ``frozen``: a frozen dataclass sets each of these ten fields through
+    Not ``frozen``: a frozen dataclass sets each of these nine fields through
     ``object.__setattr__`` and this is built for every Dispatch on its way to the handler.
     """
 
@@ -45,7 +45,6 @@ class Delivery:
     batch: bool  # arrived as BatchDispatch: answered with one BatchResult
     group: str
     received_at: float
-    dispatch_deadline: float | None  # Dispatch.deadline (lease-derived upstream; informational)
     task_deadline: float | None  # tightest TaskOptions.deadline over the members
     timeout: float | None  # tightest TaskOptions.timeout over the members
 
@@ -56,9 +55,12 @@ def delivery_from_envelopes(
     batch: bool,
     group: str,
     now: float,
-    dispatch_deadline: float | None,
+    first_id: str = "",
 ) -> Delivery:
-    """Build a Delivery, extracting the task-owned time bounds from the members' options."""
+    """Build a Delivery, extracting the task-owned time bounds from the members' options.
+
+    ``first_id``: the first member's id when the caller read it already (one protobuf read less).
+    """
     deadlines: list[float] = []
     timeouts: list[float] = []
     for t in tasks:  # a plain loop: this runs for every Dispatch, on the way to the handler
@@ -73,14 +75,13 @@ def delivery_from_envelopes(
     if len(tasks) > 1:
         opts = first.options  # the loop left the last member's
     return Delivery(
-        job_id=f"batch:{first.id}" if batch else first.id,
+        job_id=f"batch:{first.id}" if batch else first_id or first.id,
         queue=first.queue,
         type=first.type,
         tasks=tasks,
         batch=batch,
         group=group or opts.group,
         received_at=now,
-        dispatch_deadline=dispatch_deadline,
         task_deadline=min(deadlines) if deadlines else None,  # inline: no call per Dispatch
         timeout=min(timeouts) if timeouts else None,
     )

@@ -62,7 +62,6 @@ from conveyor_sdk._protocol.inflight import (
     JobState,
     ParkingLot,
     delivery_from_envelopes,
-    seconds,
 )
 from conveyor_sdk._protocol.progress import ProgressCoalescer
 from conveyor_sdk._protocol.types import CancelReason, OutcomeKind
@@ -319,10 +318,9 @@ class WorkerSession:
             return [Notice("ignored a Dispatch without a task id")]
         if task_id in self._task_index:
             return [Notice(f"ignored a duplicate Dispatch of in-flight task {task_id}")]
-        deadline = seconds(d.deadline) if d.HasField("deadline") else None
-        delivery = delivery_from_envelopes(
-            (task,), batch=False, group="", now=now, dispatch_deadline=deadline
-        )
+        # Dispatch.deadline is not read: the lease is kept by heartbeats, and each protobuf read
+        # costs on the way of every Dispatch to its handler.
+        delivery = delivery_from_envelopes((task,), batch=False, group="", now=now, first_id=task_id)
         return self._accept(delivery, now, can_start)
 
     def _on_batch_dispatch(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
@@ -332,10 +330,7 @@ class WorkerSession:
             return [Notice("ignored a BatchDispatch with empty, duplicate or in-flight member ids")]
         if not tasks:
             return [Notice("ignored an empty BatchDispatch")]
-        deadline = seconds(b.deadline) if b.HasField("deadline") else None
-        delivery = delivery_from_envelopes(
-            tasks, batch=True, group=b.group, now=now, dispatch_deadline=deadline
-        )
+        delivery = delivery_from_envelopes(tasks, batch=True, group=b.group, now=now)
         self._counts["batches"] += 1
         return self._accept(delivery, now, can_start)
 

@@ -95,7 +95,7 @@ def test_a_dispatch_gives_the_same_task_data_as_reading_its_envelope_afresh(
 ) -> None:
     """The Job of a Dispatch takes fields from its Delivery: they must be what the envelope says."""
     env = _envelope(**options)
-    delivery = delivery_from_envelopes((env,), batch=False, group="", now=1.0, dispatch_deadline=None)
+    delivery = delivery_from_envelopes((env,), batch=False, group="", now=1.0)
     job = job_for_delivery(delivery, None)
     assert job.tasks == (task_data(env),)
     assert (job.job_id, job.queue, job.type, job.batch) == ("T9", "mail", "send", False)
@@ -104,9 +104,7 @@ def test_a_dispatch_gives_the_same_task_data_as_reading_its_envelope_afresh(
 def test_a_batch_member_keeps_its_own_group_over_the_batch_group() -> None:
     first, second = _envelope(group="own"), _envelope()
     second.id = "T10"
-    delivery = delivery_from_envelopes(
-        (first, second), batch=True, group="batch", now=1.0, dispatch_deadline=None
-    )
+    delivery = delivery_from_envelopes((first, second), batch=True, group="batch", now=1.0)
     job = job_for_delivery(delivery, None)
     assert [t.group for t in job.tasks] == ["own", "batch"]
     assert job.job_id == "batch:T9" and job.batch
