@@ -57,16 +57,6 @@ _STATIC = (
     ("connect-protocol-version", "1"),
     ("accept-encoding", "gzip,identity"),
 )
-_FROM_HTTP = {
-    400: Code.INTERNAL,
-    401: Code.UNAUTHENTICATED,
-    403: Code.PERMISSION_DENIED,
-    404: Code.UNIMPLEMENTED,
-    429: Code.UNAVAILABLE,
-    502: Code.UNAVAILABLE,
-    503: Code.UNAVAILABLE,
-    504: Code.UNAVAILABLE,
-}
 
 
 class _Route(NamedTuple):
@@ -183,17 +173,16 @@ def error_from_exchange(answer: Exchange) -> ConveyorError:
         except (ValueError, ConveyorError):
             data = None
     if not isinstance(data, dict):
-        return _error(_FROM_HTTP.get(answer.status, Code.UNKNOWN), _phrase(answer.status))
+        return _error(Code.from_http_status(answer.status), _phrase(answer.status))
     name = data.get("code")
     if name:
-        code = Code.from_connect(name) if isinstance(name, str) and name in _NAMES else Code.UNAVAILABLE
+        code = Code.from_connect(name) if isinstance(name, str) else Code.UNAVAILABLE
+        if code is Code.UNKNOWN and name != "unknown":
+            code = Code.UNAVAILABLE  # a code name this client does not know (connectrpc's reading)
     else:
-        code = _FROM_HTTP.get(answer.status, Code.UNKNOWN)
+        code = Code.from_http_status(answer.status)
     message = data.get("message", "")
     return _error(code, message if isinstance(message, str) else str(message))
-
-
-_NAMES = frozenset(c.connect_name for c in Code)
 
 
 def _phrase(status: int) -> str:

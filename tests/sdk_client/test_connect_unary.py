@@ -74,6 +74,8 @@ CASES = {
         ).encode(),
     ),
     "json error, unknown code": (500, JSON, json.dumps({"code": "bogus", "message": "?"}).encode()),
+    "json error, code unknown": (500, JSON, json.dumps({"code": "unknown", "message": "?"}).encode()),
+    "json error, code not a string": (500, JSON, json.dumps({"code": 13, "message": "?"}).encode()),
     "json error, no code": (429, JSON, json.dumps({"message": "slow down"}).encode()),
     "json error, not an object": (503, JSON, b"[1, 2]"),
     "json error, not json": (502, JSON, b"<html>bad gateway</html>"),
