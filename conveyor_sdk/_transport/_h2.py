@@ -20,6 +20,7 @@ __all__ = [
     "CachingEncoder",
     "Connection",
     "DataFrameTaker",
+    "new_stream",
     "retire_closed",
     "send_request",
     "str_headers",
@@ -329,7 +330,8 @@ def send_request(
     stream_id = highest + 2 if highest else 1
     if stream_id > conn.HIGHEST_ALLOWED_STREAM_ID or _at_stream_limit(conn):
         return None
-    stream = _new_stream(conn, stream_id)
+    stream = new_stream(conn, stream_id)
+    conn.highest_outbound_stream_id = stream_id
     machine = stream.state_machine
     if _OWN_SEND_TRANSITIONS:  # request_sent's whole work, as h2's process_input would do it
         machine.state = _OPEN
@@ -383,9 +385,11 @@ def retire_closed(conn: h2.connection.H2Connection) -> None:
     conn._open_streams(0)  # the walk behind open_(in|out)bound_streams, for its retiring
 
 
-def _new_stream(conn: h2.connection.H2Connection, stream_id: int) -> H2Stream:
-    """``conn._begin_new_stream(stream_id, AllowedStreamIDs.ODD)`` for the id ``send_request`` chose
-    (odd, above every outbound id so far, on a client connection), without its debug logging."""
+def new_stream(conn: h2.connection.H2Connection, stream_id: int) -> H2Stream:
+    """The stream h2's ``_begin_new_stream`` would create and register for ``stream_id``, without
+    its checks and debug logging: the caller checked the id (odd, above every id of its side so
+    far) and records it as its side's highest. Shared by the client's ``send_request`` and the
+    reference server's request fast path."""
     stream = H2Stream(
         stream_id,
         config=conn.config,
@@ -394,7 +398,6 @@ def _new_stream(conn: h2.connection.H2Connection, stream_id: int) -> H2Stream:
     )
     stream.max_outbound_frame_size = conn.max_outbound_frame_size
     conn.streams[stream_id] = stream
-    conn.highest_outbound_stream_id = stream_id
     return stream
 
 

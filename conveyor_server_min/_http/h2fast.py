@@ -48,7 +48,7 @@ from h2.events import DataReceived, RequestReceived, StreamEnded
 from h2.stream import STREAM_OPEN, H2Stream, H2StreamStateMachine, StreamInputs, StreamState, _transitions
 from h2.windows import WindowManager
 
-from conveyor_sdk._transport._h2 import retire_closed
+from conveyor_sdk._transport._h2 import new_stream, retire_closed
 from conveyor_sdk._transport.hpackfast import FastDecoder
 
 from .h2guard import HEADER_COST, GuardedFrameBuffer
@@ -236,7 +236,8 @@ def _headers(
     ):
         return None  # the refusing path (RST_STREAM REFUSED_STREAM) is h2's
     buffer.budget -= HEADER_COST
-    stream = _new_stream(conn, stream_id)
+    stream = new_stream(conn, stream_id)
+    conn.highest_inbound_stream_id = stream_id
     end = bool(flags & _END_STREAM)
     if _OWN_TRANSITIONS and conn.config is _CONFIG:
         events = _open_request(stream, headers, end)
@@ -245,21 +246,6 @@ def _headers(
     frames, events = stream.receive_headers(headers, end, conn.config.header_encoding)
     conn._prepare_for_sending(frames)
     return events
-
-
-def _new_stream(conn: h2.connection.H2Connection, stream_id: int) -> H2Stream:
-    """``conn._begin_new_stream(stream_id, AllowedStreamIDs.ODD)`` for an id the caller checked: odd,
-    above every inbound id so far, on a server connection."""
-    stream = H2Stream(
-        stream_id,
-        config=conn.config,
-        inbound_window_size=conn.local_settings.initial_window_size,
-        outbound_window_size=conn.remote_settings.initial_window_size,
-    )
-    stream.max_outbound_frame_size = conn.max_outbound_frame_size
-    conn.streams[stream_id] = stream
-    conn.highest_inbound_stream_id = stream_id
-    return stream
 
 
 def _open_request(stream: H2Stream, headers: list[Any], end: bool) -> list[Any] | None:

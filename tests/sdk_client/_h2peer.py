@@ -42,6 +42,7 @@ class UnaryPeer:
 
     def __init__(self, knobs: Knobs | None = None) -> None:
         self.knobs = knobs or Knobs()
+        self.reset_seen = asyncio.Event()  # set by the first RST_STREAM from the client
         self.seen = Seen()
         self.url = ""
         self._server: asyncio.Server | None = None
@@ -93,6 +94,7 @@ class UnaryPeer:
                     task.add_done_callback(self._tasks.discard)
                 elif isinstance(event, h2.events.StreamReset):
                     self.seen.resets.append(int(event.error_code or 0))
+                    self.reset_seen.set()
                     open_streams.discard(event.stream_id or 0)
             writer.write(conn.data_to_send())
 
