@@ -36,6 +36,7 @@ from conveyor_sdk._protocol.session import (
     WorkerSession,
 )
 from conveyor_sdk._protocol.types import CancelReason
+from conveyor_sdk._transport.firststep import eager_task
 from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
 from conveyor_sdk._worker.outcomes import cancelled_outcome, log_failure
@@ -414,24 +415,28 @@ class Driver:
             self._launch(job, in_read_turn=False)
 
     def _launch(self, job: Job, *, in_read_turn: bool) -> None:
-        """Create the job's task; in the read turn, first hand the job to a hand-off executor.
+        """Create the job's task; in the read turn, run its first step at once, inside that task.
 
-        The hand-off (``run``'s synchronous part) happens only for a job no Cancel reached
-        yet, and takes it out of ``unstarted``: from then on a Cancel goes to the executor.
+        A hand-off executor first gets the job (``run``'s synchronous part), only if no Cancel
+        reached it yet; that takes it out of ``unstarted``: from then on a Cancel goes to the
+        executor. Any other job's first step is the handler's start: in the read turn it runs
+        before the rest of the read and the loop's next turn (see ``firststep.eager_task``).
         """
         handed: Awaitable[list[Outcome]] | None = None
-        if in_read_turn and self.run_hands_off and self.unstarted[job.job_id] is None and not sealed(job):
+        loop = asyncio.get_running_loop()
+        name = f"conveyor-job-{job.job_id}"
+        if not in_read_turn:  # the loop's own create_task: asyncio.create_task wraps it in Python
+            self.jobs[job.job_id] = loop.create_task(self._run_job(job), name=name)
+            return
+        if self.run_hands_off and self.unstarted[job.job_id] is None and not sealed(job):
             del self.unstarted[job.job_id]
             try:
                 handed = self.executor.run(job, self._control)
             except Exception as exc:  # isolation point: becomes the job's RETRY outcome in _run_job
-                failed: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
+                failed: asyncio.Future[list[Outcome]] = loop.create_future()
                 failed.set_exception(exc)
                 handed = failed
-        # The loop's own create_task: asyncio.create_task is a Python wrapper around it.
-        self.jobs[job.job_id] = asyncio.get_running_loop().create_task(
-            self._run_job(job, handed), name=f"conveyor-job-{job.job_id}"
-        )
+        self.jobs[job.job_id] = eager_task(loop, self._run_job(job, handed), name)
 
     async def _run_job(self, job: Job, handed: Awaitable[list[Outcome]] | None = None) -> None:
         if handed is None and self.unstarted.pop(job.job_id, None) is not None:

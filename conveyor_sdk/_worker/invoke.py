@@ -74,10 +74,13 @@ def _prepare(
     if not spec.batch and len(job.tasks) != 1:
         msg = f"task type {job.type!r} has no batch handler"
         return [Outcome(OutcomeKind.RETRY, error_msg=msg) for _ in job.tasks]
+    decode = spec.decode
+    if decode is None and not spec.batch:  # the usual job: one task, handed over as it is
+        task = job.tasks[0]
+        return _Prepared(spec, ctx, task, [task], {})
     fixed: dict[str, Outcome] = {}
     live: list[TaskData] = []
     decoded: list[Any] = []
-    decode = spec.decode
     for task in job.tasks:
         try:
             decoded.append(task if decode is None else decode(task))
@@ -229,11 +232,11 @@ async def _invoke_prepared_async(
     result: Any = None
     error: BaseException | None = None
     disarm = _arm_cancel(signal)
-    middlewares = registry.middlewares
+    middlewares = registry._middleware_view  # the ``middlewares`` property, without its call
     try:
         if middlewares:
             _run_before(middlewares, ctx, entered)
-        if signal.is_set:
+        if signal._fired:  # ``is_set``, without the property's call (once per job)
             ctx.raise_if_cancelled()
         result = await prep.spec.fn(prep.arg, ctx)
     except asyncio.CancelledError as exc:

@@ -20,41 +20,9 @@ import types
 from collections.abc import Coroutine, Generator
 from typing import Any
 
-__all__ = ["Resumed", "handoff", "start_inline"]
+from conveyor_sdk._transport.firststep import Continuation
 
-
-class Resumed:
-    """Awaiting this continues a coroutine that already ran its first step up to ``waiting_on``.
-
-    It delegates exactly as ``await`` would: whatever the task sends or throws in (a wake-up,
-    a cancellation, the deadline's CancelledError) goes to the coroutine.
-    """
-
-    __slots__ = ("coro", "waiting_on")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], waiting_on: Any) -> None:
-        self.coro = coro
-        self.waiting_on = waiting_on
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, pending = self.coro, self.waiting_on
-        self.waiting_on = None
-        while True:
-            try:
-                sent = yield pending
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # forwarded into the coroutine, as ``await`` does
-                try:
-                    pending = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-                continue
-            try:
-                pending = coro.send(sent)
-            except StopIteration as done:
-                return done.value
+__all__ = ["handoff", "start_inline"]
 
 
 @types.coroutine
@@ -66,10 +34,6 @@ async def handoff() -> None:
     """Make sure the rest runs inside a task (no-op when it already does)."""
     if asyncio.current_task() is None:
         await _yield_once()
-
-
-async def _continue(coro: Coroutine[Any, Any, None], pending: Any) -> None:
-    await Resumed(coro, pending)
 
 
 def start_inline(coro: Coroutine[Any, Any, None], name: str | None = None) -> asyncio.Task[None] | None:
@@ -84,4 +48,4 @@ def start_inline(coro: Coroutine[Any, Any, None], name: str | None = None) -> as
     except StopIteration:
         return None
     loop = asyncio.get_running_loop()
-    return loop.create_task(_continue(coro, pending), name=name, context=context)
+    return loop.create_task(Continuation.after(coro, pending), name=name, context=context)

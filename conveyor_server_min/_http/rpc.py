@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf.message import Message
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._transport.firststep import Continuation
 from conveyor_sdk.errors import (
     ConveyorError,
     DeadlineExceeded,
@@ -29,7 +30,7 @@ from conveyor_sdk.errors import (
 from conveyor_server_min.service_api import CallContext, ServiceSet
 
 from .auth import Authenticator
-from .inline import Resumed, handoff
+from .inline import handoff
 from .reply import CallIO, Reply, plain_response
 from .wire import FLAG_END_STREAM, MessageDecoder, Negotiated, Wire, decompress, negotiate, parse_timeout
 
@@ -277,7 +278,7 @@ async def _with_timeout(awaitable: Any, seconds: float | None) -> Message:
     except StopIteration as done:
         finished: Message = done.value
         return finished
-    resumed = Resumed(awaitable, waiting_on)
+    resumed = Continuation.after(awaitable, waiting_on)
     try:
         await handoff()  # started inline by the transport (see .inline): the timer needs a task
     except BaseException:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import inspect
 import logging
 from collections.abc import Callable
 
@@ -79,6 +81,37 @@ def test_idle_worker_takes_dispatches_in_the_read_turn() -> None:
         stats = worker.statistics()
         assert stats["jobs_started"] == 5
         assert stats["frames_in_read_turn"] >= 5, stats
+
+    _run(script, reg)
+
+
+def test_an_idle_workers_handler_starts_inside_the_socket_read_in_its_own_task() -> None:
+    """The handler's first line runs within the read's callback (no loop turn in between), yet in
+    the job's task: current_task(), asyncio.timeout() and context variables work as in any task."""
+    reg = Registry()
+    seen: list[tuple[str, bool, str, str]] = []
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    @reg.handler("t")
+    async def handler(task: TaskData, ctx: TaskContext) -> bytes:
+        in_read = any(f.function == "_on_data" for f in inspect.stack())
+        current = asyncio.current_task()
+        seen.append((task.id, in_read, current.get_name() if current else "", var.get()))
+        var.set(task.id)  # must not leak into the next job
+        async with asyncio.timeout(5):
+            await asyncio.sleep(0)
+        return b"ok"
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess = await _opened(peer)
+        for tid in ("E1", "E2"):
+            await sess.send(_dispatch(tid))
+            res = await _result(sess)
+            assert (res.task_id, res.outcome) == (tid, pb.TASK_OUTCOME_SUCCESS)
+        assert seen == [
+            ("E1", True, "conveyor-job-E1", "unset"),
+            ("E2", True, "conveyor-job-E2", "unset"),
+        ]
 
     _run(script, reg)
 

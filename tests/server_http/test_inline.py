@@ -119,6 +119,42 @@ def test_cancelling_the_continuing_task_reaches_the_handler() -> None:
     assert cancelled == [True]
 
 
+def test_a_cancel_before_the_continuing_tasks_first_step_still_reaches_the_handler() -> None:
+    """Cancelled in the same turn it was made (a reset read with the request): the handler's except
+    and finally run inside the task, and the future it waited on is cancelled."""
+    seen: list[object] = []
+    waited: list[asyncio.Future[None]] = []
+
+    async def handler() -> None:
+        fut = asyncio.get_running_loop().create_future()
+        waited.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            seen.append(asyncio.current_task())
+            raise
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        made: asyncio.Future[asyncio.Task[None] | None] = loop.create_future()
+
+        def start_and_cancel() -> None:
+            task = start_inline(handler(), "reset")
+            assert task is not None
+            task.cancel()
+            made.set_result(task)
+
+        loop.call_soon(start_and_cancel)
+        task = await made
+        assert task is not None
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        assert seen == [task]
+        assert waited[0].cancelled()
+
+    asyncio.run(main())
+
+
 def test_requests_arriving_whole_run_inline_over_http2() -> None:
     """HEADERS + DATA in one write: answered (OK, or deadline_exceeded for a stuck handler) without a
     task first; a request whose body comes later is started as a task, as before."""
