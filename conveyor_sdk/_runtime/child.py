@@ -35,6 +35,7 @@ from conveyor_sdk._runtime import pipe
 from conveyor_sdk._runtime.appload import AppLoadError, load_app
 from conveyor_sdk._runtime.outbox import Outbox
 from conveyor_sdk._transport import eventloop
+from conveyor_sdk._transport.firststep import eager_task
 from conveyor_sdk._worker.context import CancelSignal, ProgressSink
 from conveyor_sdk._worker.executor import CancelReason, Outcome, OutcomeKind
 from conveyor_sdk._worker.invoke import begin_async
@@ -139,13 +140,19 @@ class ChildLoop:
 
     def on_message(self, message: pipe.PipeMessage) -> None:
         if isinstance(message, pipe.RunJob):
-            task = asyncio.create_task(self._run(message))
+            # The job's CancelSignal exists from now on: a CancelJob read right behind its RunJob
+            # (same read, or before the job's first step) reaches it instead of being dropped.
+            sig = self.signals[message.job_id] = CancelSignal()
+            # Called from the pipe's data_received: the handler starts now, inside its own task,
+            # not a loop turn later (see firststep.eager_task).
+            name = f"conveyor-job-{message.job_id}"
+            task = eager_task(asyncio.get_running_loop(), self._run(message, sig), name)
             self.tasks.add(task)
             task.add_done_callback(self._finished)
         elif isinstance(message, pipe.CancelJob):
-            sig = self.signals.get(message.job_id)
-            if sig is not None:
-                sig.set(CancelReason(message.reason))
+            target = self.signals.get(message.job_id)
+            if target is not None:
+                target.set(CancelReason(message.reason))
         elif isinstance(message, pipe.Stop):
             self.stopping = True
             self._maybe_done()
@@ -175,9 +182,8 @@ class ChildLoop:
 
         return report
 
-    async def _run(self, msg: pipe.RunJob) -> None:
+    async def _run(self, msg: pipe.RunJob, sig: CancelSignal) -> None:
         job = pipe.job_from_msg(msg)
-        sig = self.signals[msg.job_id] = CancelSignal()
         token = current_task_id.set(msg.job_id)
         started = time.perf_counter()
         try:
@@ -188,7 +194,8 @@ class ChildLoop:
             outcomes = [Outcome(OutcomeKind.RETRY, error_msg=f"{type(exc).__name__}: {exc}")] * len(job.tasks)
         finally:
             current_task_id.reset(token)
-            self.signals.pop(msg.job_id, None)
+            if self.signals.get(msg.job_id) is sig:
+                del self.signals[msg.job_id]
         duration = time.perf_counter() - started
         self.send(pipe.JobDone(msg.job_id, [pipe.outcome_to_msg(o) for o in outcomes], duration))
 

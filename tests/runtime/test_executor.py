@@ -68,7 +68,7 @@ def _job(i: int | str, type_: str = "echo", deadline: float | None = None, queue
 
 def _executor(folder: Path, processes: int = 1, capacity: int = 2, **opts: object) -> ProcessExecutor:
     args = ChildArgs(app="rtapp:app", capacity=capacity, beat=0.2, cwd=str(folder))
-    options = ExecutorOptions(kill_grace=0.5, **opts)  # type: ignore[arg-type]
+    options = ExecutorOptions(**{"kill_grace": 0.5, **opts})  # type: ignore[arg-type]
     return ProcessExecutor(args, [PoolSpec("default", ("default",), processes)], options)
 
 
@@ -129,6 +129,27 @@ def test_can_start_respects_capacity(write_app: Callable[[str, str], Path]) -> N
             assert ex.can_start(_job(3))
             ex.cancel("t1", CancelReason.DRAIN)
             await runs[1]
+
+    _run(main)
+
+
+def test_a_cancel_sent_right_behind_its_job_reaches_the_child(write_app: Callable[[str, str], Path]) -> None:
+    """RunJob and CancelJob in one loop turn (the child reads them together, before the job's first
+    step): the child cancels the handler and keeps serving. Before, the cancel found no job yet and
+    was dropped, so the handler ran on until kill_grace and its child was killed."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        async with started(folder, kill_grace=30) as ex:
+            pid = ex.children()[0].pid
+            for i in range(5):
+                job = _job(f"c{i}", "wait")
+                run = asyncio.ensure_future(ex.run(job, _ctl()))
+                await asyncio.sleep(0)  # ex.run's hand-off ran: the RunJob is written
+                ex.cancel(job.job_id, CancelReason.SERVER_CANCEL)
+                [out] = await asyncio.wait_for(run, 10)
+                assert out.cancelled and out.kind is OutcomeKind.RETRY
+            assert [c.pid for c in ex.children()] == [pid]  # never killed nor replaced
 
     _run(main)
 
