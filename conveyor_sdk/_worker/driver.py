@@ -263,11 +263,12 @@ class Driver:
     def _take_frames(self, stream: Any, epoch: int) -> None:
         """Socket-callback fast path: while the loop is parked, handle frames in the read's own turn.
 
-        A Dispatch then starts its job one event-loop turn after the bytes arrive, instead of
-        three (reader task, driver, job task). Actions that must be awaited (sends, reconnects)
-        go to the loop as one event, in order; frames the loop is not free for stay queued on
-        the stream for the reader task. Jobs the read's frames start are launched after the
-        last of them, so a Cancel read with its Dispatch still wins (see :meth:`_launch`).
+        A Dispatch then starts its job in the read's own turn (the job's first step runs in
+        :meth:`_launch`), instead of three turns later (reader task, driver, job task). Actions
+        that must be awaited (sends, reconnects) go to the loop as one event, in order; frames
+        the loop is not free for stay queued on the stream for the reader task. Jobs the read's
+        frames start are launched after the last of them, so a Cancel read with its Dispatch
+        still wins (see :meth:`_launch`).
         Runs inside ``data_received``: never raises.
         """
         launching: list[Job] = []
