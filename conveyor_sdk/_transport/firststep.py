@@ -29,8 +29,10 @@ __all__ = ["Continuation", "eager_task"]
 
 T = TypeVar("T")
 
-_enter_task = _tasks._enter_task
-_leave_task = _tasks._leave_task
+# asyncio's own switch of the current task (C-accelerated, in every version we support); where a
+# future version drops it, eager_task degrades to plain create_task.
+_enter_task: Any = getattr(_tasks, "_enter_task", None)
+_leave_task: Any = getattr(_tasks, "_leave_task", None)
 
 _FRESH, _YIELDED, _RETURNED, _RAISED = 0, 1, 2, 3
 
@@ -115,6 +117,8 @@ def eager_task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], na
     Call it from a loop callback (outside any task step); inside a running task the step is
     left to the loop, as ``create_task`` would.
     """
+    if _enter_task is None or _leave_task is None:
+        return loop.create_task(coro, name=name)
     context = contextvars.copy_context()
     cont = Continuation(coro)
     task: asyncio.Task[T] = loop.create_task(cont, name=name, context=context)

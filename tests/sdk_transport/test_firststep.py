@@ -191,3 +191,27 @@ def test_a_first_step_can_only_run_once() -> None:
     with pytest.raises(RuntimeError, match="already ran"):
         cont.step_now(contextvars.copy_context())
     cont.close()
+
+
+def test_without_asyncios_task_switch_it_is_plain_create_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Python without asyncio's _enter_task (not one we support yet) gets an ordinary task."""
+    from conveyor_sdk._transport import firststep
+
+    monkeypatch.setattr(firststep, "_enter_task", None)
+    seen: list[object] = []
+
+    async def job() -> str:
+        seen.append(asyncio.current_task())
+        return "plain"
+
+    async def main() -> None:
+        def make() -> tuple[asyncio.Task[str], int]:
+            task = eager_task(asyncio.get_running_loop(), job(), "plain")
+            return task, len(seen)
+
+        task, stepped_at_return = await _in_callback(make)
+        assert stepped_at_return == 0  # not stepped when eager_task returned: the loop does it
+        assert await asyncio.wait_for(task, 10) == "plain"
+        assert seen == [task]
+
+    asyncio.run(main())
