@@ -42,10 +42,11 @@ from conveyor_sdk._transport._h2 import (
     take_response_frames,
 )
 from conveyor_sdk._transport.hpackfast import FastDecoder
+from conveyor_sdk._transport.reads import BufferedReads
 from conveyor_sdk._transport.signal import Signal
 from conveyor_sdk.errors import ConveyorError, Unavailable
 
-__all__ = ["H2Conn", "H2Stream"]
+__all__ = ["BufferedH2Conn", "H2Conn", "H2Stream"]
 
 log = logging.getLogger("conveyor.client")
 
@@ -337,3 +338,7 @@ class H2Conn(asyncio.Protocol):
         self._fail_streams(error, lambda sid: True)
         self.close()
         self.changed.fire()
+
+
+class BufferedH2Conn(BufferedReads, H2Conn):
+    """:class:`H2Conn` on asyncio's own loop: one ``recv_into`` per read (see ``_transport.reads``)."""

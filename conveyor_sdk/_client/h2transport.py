@@ -39,8 +39,9 @@ from typing import NamedTuple, cast
 import pyqwest
 from hpack import NeverIndexedHeaderTuple
 
-from conveyor_sdk._client.h2conn import H2Conn, H2Stream
+from conveyor_sdk._client.h2conn import BufferedH2Conn, H2Conn, H2Stream
 from conveyor_sdk._transport import _connect
+from conveyor_sdk._transport.reads import wants_buffered
 from conveyor_sdk.errors import ConveyorError, Internal, ResourceExhausted, Unavailable
 
 __all__ = ["MAX_INFLATED", "Exchange", "H2Transport", "Inflater"]
@@ -205,8 +206,9 @@ class H2Transport:
         server_hostname = target.host if self._ssl is not None else None
         try:
             async with asyncio.timeout(self._connect_timeout):
+                protocol = BufferedH2Conn if wants_buffered(loop) else H2Conn
                 transport, conn = await loop.create_connection(
-                    lambda: H2Conn(target),
+                    lambda: protocol(target),
                     target.host,
                     target.port,
                     ssl=self._ssl,

@@ -20,6 +20,7 @@ from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._transport import _connect
 from conveyor_sdk._transport.core import SessionCore
 from conveyor_sdk._transport.options import TransportOptions
+from conveyor_sdk._transport.reads import BufferedReads, wants_buffered
 from conveyor_sdk._transport.signal import Signal
 from conveyor_sdk.errors import ConveyorError, Internal
 
@@ -52,6 +53,10 @@ class _SocketProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._stream._write_paused = False
         self._stream._notify()
+
+
+class _BufferedSocketProtocol(BufferedReads, _SocketProtocol):
+    """:class:`_SocketProtocol` on asyncio's own loop: one ``recv_into`` per read (see ``reads``)."""
 
 
 class SessionStream:
@@ -289,8 +294,9 @@ async def open_session(
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(options.connect_timeout):
+            protocol = _BufferedSocketProtocol if wants_buffered(loop) else _SocketProtocol
             transport, _ = await loop.create_connection(
-                lambda: _SocketProtocol(stream),
+                lambda: protocol(stream),
                 target.host,
                 target.port,
                 ssl=ssl_ctx,
