@@ -47,6 +47,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("host", "--host", "str", "Interface to bind (default 127.0.0.1).", metavar="HOST"),
     Option("port", "--port", "int", "Port to bind; 0 picks a free port (default 8080).", metavar="PORT"),
     Option(
+        "metrics_port",
+        "--metrics-port",
+        "int",
+        "Serve Prometheus metrics at /metrics on this port of --host (a listener of its own, no "
+        "token; 0 picks a free port; default: off). Env: CONVEYOR_METRICS__LISTEN (host:port).",
+        metavar="PORT",
+    ),
+    Option(
         "token",
         "--token",
         "multi",
@@ -156,6 +164,8 @@ class ServerConfig:
     shutdown_grace: float = 3.0  # total budget for a graceful stop (sessions end, streams drain)
     db: str | None = None  # SQLite file of the durable store; None = in-memory broker
     loop: str = "auto"  # event loop (conveyor_sdk._transport.eventloop): auto | asyncio | uvloop
+    metrics_port: int | None = None  # Prometheus /metrics listener; None = off
+    metrics_host: str | None = None  # None = the API's host
 
     @property
     def tls(self) -> bool:
@@ -196,6 +206,14 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         values["host"] = host.strip("[]") or "0.0.0.0"
         port_opt = next(opt for opt in OPTIONS if opt.dest == "port")
         values["port"] = _convert(port_opt, port, "CONVEYOR_API__LISTEN")
+    metrics = env.get("CONVEYOR_METRICS__LISTEN", "").strip()
+    if metrics:
+        host, sep, port = metrics.rpartition(":")
+        if not sep:
+            raise ConfigError(f"CONVEYOR_METRICS__LISTEN must be host:port or :port, got {metrics!r}")
+        values["metrics_host"] = host.strip("[]") or None
+        metrics_opt = next(opt for opt in OPTIONS if opt.dest == "metrics_port")
+        values["metrics_port"] = _convert(metrics_opt, port, "CONVEYOR_METRICS__LISTEN")
     if env.get("CONVEYOR_API__ALLOW_UNAUTHENTICATED", "").strip().lower() in ("1", "true", "yes"):
         values["allow_unauthenticated"] = True
     for opt in OPTIONS:
@@ -242,13 +260,18 @@ def build_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None)
         db=values.get("db") or None,
         http=http,
         loop=values.get("loop", "auto"),
+        metrics_port=values.get("metrics_port"),
+        metrics_host=values.get("metrics_host"),
     )
 
 
 def _validate(values: Mapping[str, Any]) -> None:
-    port = values.get("port", DEFAULT_PORT)
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"--port must be between 0 and 65535, got {port}")
+    for flag, port in (
+        ("--port", values.get("port", DEFAULT_PORT)),
+        ("--metrics-port", values.get("metrics_port")),
+    ):
+        if port is not None and not 0 <= port <= 65535:
+            raise ConfigError(f"{flag} must be between 0 and 65535, got {port}")
     for name in _POSITIVE:
         if name in values and values[name] <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be greater than zero")

@@ -33,6 +33,7 @@ from conveyor_server_min.service_api import EngineConfig, ServiceSet
 from ._http.asgi import AsgiApp, AsgiBridge, WebAppError
 from ._http.auth import Authenticator
 from ._http.listener import HttpProtocol, Hub, make_ssl_context
+from ._http.metrics import MetricsListener
 from ._http.rpc import Router
 
 __all__ = ["Server", "WebAppError", "WebFactory", "run", "start_or_report"]
@@ -73,7 +74,9 @@ class Server:
         self._hub: Hub | None = None
         self._stopped = asyncio.Event()
         self._stopping = False
+        self._metrics: MetricsListener | None = None
         self.url = ""
+        self.metrics_url = ""  # http://HOST:PORT/metrics once started with ``config.metrics_port``
 
     @property
     def services(self) -> ServiceSet:
@@ -124,12 +127,13 @@ class Server:
         host = sockname[0]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"{config.scheme}://{shown}:{sockname[1]}"
-        if self._web_factory is not None:
-            try:
+        try:
+            if self._web_factory is not None:
                 await self._start_web(router, (host, sockname[1]))
-            except BaseException:
-                await self.stop()
-                raise
+            await self._start_metrics()
+        except BaseException:
+            await self.stop()
+            raise
         log.info(
             "serving on %s (auth %s, event loop %s)",
             self.url,
@@ -146,6 +150,15 @@ class Server:
         )
         await bridge.startup()
         self._web = router.web = bridge
+
+    async def _start_metrics(self) -> None:
+        config = self.config
+        render = getattr(self._services, "metrics_text", None)
+        if config.metrics_port is None or render is None:
+            return
+        self._metrics = MetricsListener(render, config.metrics_host or config.host, config.metrics_port)
+        self.metrics_url = await self._metrics.start()
+        log.debug("metrics on %s", self.metrics_url)
 
     async def serve_forever(self) -> None:
         """Wait until :meth:`stop` has finished."""
@@ -164,6 +177,8 @@ class Server:
                 await self._web.shutdown(min(2.0, self.config.shutdown_grace * 0.3))
             if self._server is not None:
                 self._server.close()
+            if self._metrics is not None:
+                await self._metrics.stop()
             if self._hub is not None:
                 self._hub.shutdown()
             if self._services is not None:
@@ -214,6 +229,8 @@ async def _serve(config: ServerConfig, web: WebFactory | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     print(store_description(config), file=sys.stderr, flush=True)
+    if server.metrics_url:
+        print(f"metrics on {server.metrics_url}", file=sys.stderr, flush=True)
     print(f"listening on {url}", flush=True)
     failed = getattr(server.services, "failed", None)
     waits = [asyncio.ensure_future(stop.wait())]

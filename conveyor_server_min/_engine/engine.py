@@ -18,6 +18,7 @@ from conveyor_server_min._engine.clock import Clock, SystemClock, from_seconds
 from conveyor_server_min._engine.dispatcher import Dispatcher
 from conveyor_server_min._engine.events import EventHub
 from conveyor_server_min._engine.limits import GroupConfig
+from conveyor_server_min._engine.metrics import Gauges, render
 from conveyor_server_min._engine.model import EventType, Outcome, State, Task
 from conveyor_server_min._engine.sessions import Action, CancelAction, Delivery, SessionState
 from conveyor_server_min._engine.transitions import Transitions
@@ -63,6 +64,14 @@ class Engine:
 
     def now(self) -> int:
         return self.clock.now()
+
+    def metrics_text(self) -> str:
+        """The Prometheus exposition of the engine's series (see ``_engine/metrics.py``)."""
+        counts = self.broker.counts()
+        active = sum(c[State.ACTIVE] for c in counts.values())
+        pending = {queue: c[State.PENDING] for queue, c in counts.items()}
+        gauges = Gauges(active=active, sessions=len(self.dispatcher.sessions), pending=pending)
+        return render(self.transitions.metrics, gauges)
 
     def new_id(self) -> str:
         return self.ids.new()
@@ -140,6 +149,7 @@ class Engine:
         self.broker.insert(task, now)
         for prereq in task.waiting_on:
             self.broker.add_dependent(prereq, task.id)
+        self.transitions.metrics.enqueued()
         self.transitions.emit(task, _ENQUEUE_EVENT.get(task.state), now)
         if task.state in (State.PENDING, State.RETRY):
             self.dispatcher.mark(task.queue)

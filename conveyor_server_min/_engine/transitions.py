@@ -15,6 +15,7 @@ from conveyor_server_min._engine.backoff import backoff_delay, strategy_name
 from conveyor_server_min._engine.broker import Broker
 from conveyor_server_min._engine.clock import clamp, from_seconds
 from conveyor_server_min._engine.events import EventHub
+from conveyor_server_min._engine.metrics import EngineMetrics
 from conveyor_server_min._engine.model import TERMINAL, EventType, FailurePolicy, Outcome, State, Task
 from conveyor_server_min.service_api import EngineConfig
 
@@ -52,6 +53,7 @@ class Transitions:
         self.rand = rand
         self.lease_ttl = from_seconds(config.lease_ttl)
         self.key_active: dict[tuple[str, str], int] = {}
+        self.metrics = EngineMetrics()
         self.on_ready: Callable[[str], None] = lambda queue: None
         self.on_key_freed: Callable[[str, str], None] = lambda queue, key: None
 
@@ -69,6 +71,7 @@ class Transitions:
         elif previous in TERMINAL:
             task.completed_at = None
         self.broker.set_state(task, state, now)
+        self.metrics.moved(task, previous, state, event, now)
         if state is State.ACTIVE and task.concurrency_key:
             key = (task.queue, task.concurrency_key)
             self.key_active[key] = self.key_active.get(key, 0) + 1
@@ -113,6 +116,7 @@ class Transitions:
     # --- outcomes --------------------------------------------------------------------------------
     def apply_outcome(self, task: Task, outcome: int, message: str, result: bytes, now: int) -> None:
         """The Result outcome table; ``task`` is ACTIVE under the reporting delivery's lease."""
+        self.metrics.reported(task, outcome in (Outcome.RETRY, Outcome.SKIP_RETRY), now)
         if outcome == Outcome.SUCCESS:
             task.result = result
             self.move(task, State.COMPLETED, now)

@@ -63,6 +63,10 @@ class Services:
     def __repr__(self) -> str:
         return f"Services(engine={self.engine!r}, methods={len(self.unary)})"
 
+    def metrics_text(self) -> str:
+        """The Prometheus exposition served by ``--metrics-port``."""
+        return self.engine.metrics_text()
+
     def _durable(self, method: UnaryMethod) -> UnaryMethod:
         """The same method, answering only after its changes (and any before them) are committed."""
         handler, committer, keeper = method.handler, self.committer, self.keeper
