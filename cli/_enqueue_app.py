@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from conveyor_sdk._app_validate import wire_max_retry
 from conveyor_sdk.app import App, TaskDefinition
 from conveyor_sdk.codecs import JSON, OCTET_STREAM, PROTOBUF, CodecError, normalize_content_type
 
@@ -80,7 +81,7 @@ def apply_app(app_spec: str, type_: str, payload: Any, options: dict[str, Any]) 
     if spec.queue and "queue" not in defaults:
         defaults["queue"] = spec.queue
     if definition is None:
-        return payload, {**defaults, **options}
+        return payload, wire_max_retry(type_, spec.options, {**defaults, **options})
     data = _validated(definition, payload, options.get("content_type"))
     merged = {**defaults, **options, "content_type": definition.content_type}
-    return data, merged
+    return data, wire_max_retry(type_, spec.options, merged)

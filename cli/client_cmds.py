@@ -142,7 +142,9 @@ def enqueue(  # noqa: PLR0917  # typer maps each option to one parameter
     task_id: Annotated[str | None, Opt("--id", help="Client-assigned task id (idempotent).")] = None,
     queue: Annotated[str | None, Opt("--queue", "-q", help="Queue (default: default).")] = None,
     meta: Annotated[list[str] | None, Opt("--meta", help="Metadata key=value (repeatable).")] = None,
-    max_retry: Annotated[int | None, Opt("--max-retry", help="Retry budget (0 = server default).")] = None,
+    max_retry: Annotated[
+        int | None, Opt("--max-retry", help="Retry budget, at least 1 (omit: the server default, 25).")
+    ] = None,
     timeout: Annotated[str | None, Opt("--timeout", help="Per-attempt bound, e.g. 30s.")] = None,
     deadline: Annotated[str | None, Opt("--deadline", help="ISO time after which it must not run.")] = None,
     process_at: Annotated[str | None, Opt("--process-at", help="ISO due time.")] = None,

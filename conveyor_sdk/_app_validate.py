@@ -10,12 +10,13 @@ payload; ``bench/codec_bench.py`` reports it.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from conveyor_sdk._client.options import ValidationError
 from conveyor_sdk.codecs import OCTET_STREAM, PROTOBUF, CodecError, CodecRegistry, normalize_content_type
 
-__all__ = ["check_payload", "validates_payload"]
+__all__ = ["check_payload", "validates_payload", "wire_max_retry"]
 
 _PATH = re.compile(r" - at `(\$[^`]*)`$")
 
@@ -48,3 +49,23 @@ def check_payload(
             f"payload for task {task_type!r} does not match {name} at {path}: {reason}",
             details={"path": path},
         ) from exc
+
+
+def wire_max_retry(task_type: str, declared: Mapping[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
+    """``merged`` enqueue options with a never-retry type's ``max_retry`` as the wire can say it.
+
+    On the wire ``max_retry=0`` means "the server default" (25), so a type declared
+    ``max_retry=0`` is sent with 1, the smallest budget there is, and its workers report
+    every failed attempt as final (SKIP_RETRY). The 1 only matters when no Result comes
+    back at all (the worker died mid-task): the server then redelivers once, not 25 times.
+    A different per-call ``max_retry`` for such a type is refused: its workers would ignore it.
+    """
+    if declared.get("max_retry") != 0:
+        return merged
+    asked = merged.get("max_retry")
+    if asked != 0:
+        raise ValidationError(
+            f"task {task_type!r} is declared never-retry (max_retry=0 in its @app.task); its workers "
+            f"end every failed attempt, so max_retry={asked!r} cannot apply: declare a budget instead"
+        )
+    return {**merged, "max_retry": 1}

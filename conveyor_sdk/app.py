@@ -21,7 +21,11 @@ bytes -> ``application/octet-stream``, protobuf -> ``application/x-protobuf``,
 anything else -> ``application/json`` (override with ``content_type=``). The same
 type decodes deliveries on the worker; a payload that does not decode is
 reported ``SKIP_RETRY`` with the codec's message (retrying the same bytes cannot
-succeed). Enqueue checks the payload the same way first, so a mistake raises
+succeed). ``max_retry=0`` declares a type that is never retried: its workers report a
+failed attempt (an exception, a timeout, a deadline) as ``SKIP_RETRY``, and enqueues send
+``max_retry=1`` because 0 on the wire means the server default, 25 (see
+``_app_validate.wire_max_retry``); omit ``max_retry`` for that default.
+Enqueue checks the payload the same way first, so a mistake raises
 :class:`~conveyor_sdk.client.ValidationError` (``err.path`` = the bad field) on
 the producer instead of reaching a worker. Decorator options are the defaults of every enqueue and can be
 overridden per call.
@@ -35,7 +39,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, TypeVar, Unpack, overload
 
 from conveyor_sdk import tracing
-from conveyor_sdk._app_validate import check_payload, validates_payload
+from conveyor_sdk._app_validate import check_payload, validates_payload, wire_max_retry
 from conveyor_sdk._client.options import EnqueueOptions, TaskSpec, check_option_names
 from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor
 from conveyor_sdk._worker.context import TaskContext
@@ -110,7 +114,7 @@ class TaskDefinition(Generic[P, R]):
         check_option_names(overrides)
         merged: dict[str, Any] = {**self.defaults, **overrides}
         merged["content_type"] = self.content_type
-        return typing.cast(EnqueueOptions, merged)
+        return typing.cast(EnqueueOptions, wire_max_retry(self.type, self.defaults, merged))
 
     def spec(self, payload: P, /, **overrides: Unpack[EnqueueOptions]) -> TaskSpec:
         """A :class:`TaskSpec` for ``enqueue_batch`` / ``enqueue_tx``."""

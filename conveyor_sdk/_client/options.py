@@ -182,6 +182,11 @@ def _check_ints(options: Mapping[str, Any]) -> None:
             raise ValidationError(f"max_retry must be an int, got {max_retry!r}")
         if max_retry < 0:
             raise ValidationError(f"max_retry must not be negative, got {max_retry}")
+        if max_retry == 0:  # on the wire 0 is "server default (25)": never let it mean that silently
+            raise ValidationError(
+                "max_retry=0 would mean the server default (25 retries); omit max_retry for that, or "
+                "declare the task type never-retry with @app.task(..., max_retry=0), or raise SkipRetry"
+            )
     priority = options.get("priority")
     if priority is not None:
         if isinstance(priority, bool) or not isinstance(priority, int):

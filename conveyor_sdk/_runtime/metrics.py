@@ -91,7 +91,9 @@ class Metrics:
         for outcome in outcomes:
             label = _outcome_label(outcome)
             self.tasks[(job.type, job.queue, label)] += 1
-            if label in ("retry", "skip_retry"):
+            # A timed-out or cancelled attempt is a failure too (its kind is RETRY; a drained one
+            # is RELEASED): the live view's ``failures`` counts every attempt that did not finish.
+            if outcome.kind is OutcomeKind.RETRY or outcome.kind is OutcomeKind.SKIP_RETRY:
                 self.failures += 1
             self.finished_at.append(now)
 

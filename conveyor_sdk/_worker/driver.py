@@ -39,7 +39,7 @@ from conveyor_sdk._protocol.types import CancelReason
 from conveyor_sdk._transport.firststep import eager_task
 from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
-from conveyor_sdk._worker.outcomes import cancelled_outcome, log_failure
+from conveyor_sdk._worker.outcomes import cancelled_outcome, log_finished, never_retried
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk.errors import ConveyorError, Internal, ProtocolError
 
@@ -59,6 +59,7 @@ class WorkerHost(Protocol):
     grace: float
     _log: logging.Logger
     _loop: asyncio.AbstractEventLoop | None
+    task_log: bool
 
     def _transport(self) -> tuple[Callable[..., Any], Any]: ...
 
@@ -166,10 +167,10 @@ class Driver:
         elif kind == "actions":  # left over by the read-time fast path (see _take_frames)
             await self._execute(event[1])
         elif kind == "done":
-            self._log_failures(event[1], event[2], event[3] if len(event) > 3 else None)
+            outcomes = self._report(event[1], event[2], event[3] if len(event) > 3 else None, now)
             self.jobs.pop(event[1], None)
             try:
-                actions = self.machine.job_finished(event[1], event[2], now, self._can_start)
+                actions = self.machine.job_finished(event[1], outcomes, now, self._can_start)
             except ProtocolError as exc:  # an executor reported a job twice: refuse, keep serving
                 self.log.error("%s", exc)
                 return
@@ -465,12 +466,31 @@ class Driver:
             outcomes = [Outcome(OutcomeKind.RETRY, f"executor failed: {exc!r}")] * len(job.tasks)
         self.post(("done", job.job_id, outcomes, job))
 
-    def _log_failures(self, job_id: str, outcomes: list[Outcome], job: Job | None) -> None:
+    def _report(self, job_id: str, outcomes: list[Outcome], job: Job | None, now: float) -> list[Outcome]:
+        """Settle and log a finished job's outcomes: one line per task, failures counted.
+
+        A task type declared ``max_retry=0`` gets SKIP_RETRY for a failed attempt (see
+        ``never_retried``); cancelled outcomes are logged as what the machine will send
+        (a timeout is "deadline exceeded" with its retry fate, a drain a release).
+        """
+        task_log = self.worker.task_log
+        if not task_log and all(o.kind is OutcomeKind.SUCCESS for o in outcomes):
+            return outcomes  # the hot path at very high rates: nothing to say
+        rec = self.machine.job(job_id)
+        reason = rec.cancel_reason if rec is not None else None
         tasks = job.tasks if job is not None and len(job.tasks) == len(outcomes) else ()
+        if job is not None:
+            spec = self.registry.lookup(job.type)
+            if spec is not None and spec.options.get("max_retry") == 0:
+                outcomes = [never_retried(o, reason) for o in outcomes]
+        duration = now - rec.started_at if rec is not None and rec.started_at is not None else None
         for i, outcome in enumerate(outcomes):
-            if outcome.kind in (OutcomeKind.RETRY, OutcomeKind.SKIP_RETRY) and not outcome.cancelled:
+            task = tasks[i] if tasks else None
+            if log_finished(
+                self.log, task, job_id, outcome, reason=reason, duration=duration, task_log=task_log
+            ):
                 self.counters["handler_failures"] += 1
-                log_failure(self.log, tasks[i] if tasks else None, job_id, outcome)
+        return outcomes
 
     def _progress_from_any_thread(self, task_id: str, percent: int, message: str) -> None:
         event = ("progress", task_id, percent, message)

@@ -41,6 +41,8 @@ __all__ = [
     "cancelled_outcome",
     "format_traceback",
     "log_failure",
+    "log_finished",
+    "never_retried",
     "outcome_for_batch_return",
     "outcome_for_exception",
     "outcome_for_return",
@@ -211,7 +213,9 @@ def failure_fate(task: TaskData | None, outcome: Outcome) -> str:
     return f"retry {task.retried + 1}/{task.max_retry}"
 
 
-def log_failure(log: logging.Logger, task: TaskData | None, job_id: str, outcome: Outcome) -> None:
+def log_failure(
+    log: logging.Logger, task: TaskData | None, job_id: str, outcome: Outcome, duration: float | None = None
+) -> None:
     """One record per failed task: id, type, fate and message; the traceback below it.
 
     An archived task is logged as an error, one that will be retried as a warning.
@@ -222,10 +226,59 @@ def log_failure(log: logging.Logger, task: TaskData | None, job_id: str, outcome
     level = logging.WARNING if fate.startswith("retry") else logging.ERROR
     if not log.isEnabledFor(level):
         return
+    took = "" if duration is None else f" (after {duration:.3f}s)"
     record = log.makeRecord(
-        log.name, level, __file__, 0, "task %s%s failed, %s: %s", (task_id, type_, fate, outcome.error_msg),
-        None, extra={"task_id": task_id},
+        log.name, level, __file__, 0, "task %s%s failed, %s: %s%s",
+        (task_id, type_, fate, outcome.error_msg, took), None, extra={"task_id": task_id},
     )  # fmt: skip
     if outcome.traceback:
         record.exc_text = outcome.traceback.rstrip("\n")
     log.handle(record)
+
+
+def never_retried(outcome: Outcome, reason: CancelReason | None) -> Outcome:
+    """The outcome of a task type declared ``max_retry=0``: a failed attempt is final (SKIP_RETRY).
+
+    On the wire ``max_retry=0`` means "the server default" (25), so "never retry" can only
+    be said by the worker: it reports every RETRY, a timed-out or deadline-cancelled
+    attempt included, as SKIP_RETRY. RELEASED (drain) and SUCCESS pass through.
+    """
+    kind, error_msg, _ = wire_outcome(outcome, reason)
+    if kind is not OutcomeKind.RETRY:
+        return outcome
+    return Outcome(OutcomeKind.SKIP_RETRY, error_msg=error_msg, traceback=outcome.traceback)
+
+
+def log_finished(
+    log: logging.Logger,
+    task: TaskData | None,
+    job_id: str,
+    outcome: Outcome,
+    *,
+    reason: CancelReason | None,
+    duration: float | None,
+    task_log: bool,
+) -> bool:
+    """Log one finished task by its wire outcome; True when it was a failed attempt.
+
+    Failures (a timeout, a deadline or a server cancel included) always get a line with
+    their fate (:func:`log_failure`); successes and releases get one INFO line each
+    unless ``task_log`` is off (very high task rates).
+    """
+    kind, error_msg, _ = wire_outcome(outcome, reason)
+    if kind is OutcomeKind.RETRY or kind is OutcomeKind.SKIP_RETRY:
+        if outcome.cancelled:
+            outcome = Outcome(kind, error_msg=error_msg, traceback=outcome.traceback)
+        log_failure(log, task, job_id, outcome, duration)
+        return True
+    if task_log and log.isEnabledFor(logging.INFO):
+        task_id = task.id if task is not None else job_id
+        what = f"{task_id} ({task.type})" if task is not None else task_id
+        took = "" if duration is None else f" in {duration:.3f}s"
+        tries = f", retried {task.retried}/{task.max_retry}" if task is not None else ""
+        if kind is OutcomeKind.SUCCESS:
+            log.info("task %s succeeded%s%s", what, took, tries, extra={"task_id": task_id})
+        else:
+            log.info("task %s released (%s)%s: back to the queue", what, error_msg, took,
+                     extra={"task_id": task_id})  # fmt: skip
+    return False

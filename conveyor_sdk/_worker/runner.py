@@ -51,6 +51,8 @@ class Worker:
         encryption: opens sealed payloads (``conveyor.encryption`` marker) before they are
             decoded; defaults to the registry's own ``encryption`` (``App(encryption=...)``).
             See :mod:`conveyor_sdk.encryption` for the failures and which are retried.
+        task_log: one INFO line per finished task (id, type, duration, retried n/max); turn
+            it off for very high task rates. Failed attempts are logged either way.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class Worker:
         transport_options: TransportOptions | None = None,
         close_timeout: float = 10.0,
         encryption: Encryptor | None = None,
+        task_log: bool = True,
     ) -> None:
         # Validate now: a bad queue/weight/concurrency never reaches the network.
         self._config = SessionConfig.build(
@@ -91,6 +94,7 @@ class Worker:
         self.tls = tls
         self.progress_interval = progress_interval
         self.close_timeout = close_timeout
+        self.task_log = task_log
         self._executor_arg = executor
         self.encryption = check_encryptor(encryption)
         self._transport_options = transport_options

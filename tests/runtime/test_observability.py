@@ -45,8 +45,10 @@ def test_metrics_render_counts_outcomes_histogram_and_restarts() -> None:
     assert 'conveyor_child_restarts_total{reason="crashed"} 1' in text
     assert 'conveyor_child_restarts_total{reason="recycled"} 1' in text
     assert "conveyor_children 2" in text
-    assert m.failures == 1
+    assert m.failures == 2  # the timed-out (cancelled RETRY) attempt counts as well
     assert m.rate(window=5) == 3 / 5
+    m.job_finished(_job(), [Outcome(OutcomeKind.RELEASED, "worker draining", cancelled=True)], 0.1)
+    assert m.failures == 2  # a drained attempt is released, not failed
 
 
 def test_label_values_are_escaped() -> None:
