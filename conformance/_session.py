@@ -3,6 +3,13 @@
 No SDK worker logic sits in the way: the check decides every frame. A reader
 task pumps server frames into a queue so ``recv`` can time out without
 cancelling the transport's own read.
+
+Frames that arrive before the Welcome (upstream conveyord can send a Dispatch
+first, server-behavior.md §15.8) are kept by ``hello`` and handed to the check
+after it, in arrival order, and listed in ``early_frames``. Only the check that
+judges frame order (``server.5.3.welcome-before-any-dispatch``) looks at that
+list, so one server deviation fails one check, not every check that enqueues
+before it says Hello.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,11 +55,14 @@ class RawSession:
         self._stream = stream
         self._frames: asyncio.Queue[object] = asyncio.Queue()
         self._reader = asyncio.get_running_loop().create_task(self._pump(), name="conformance-session-reader")
+        self._held: deque[pb.ServerMessage] = deque()  # kept pre-Welcome frames, delivered first
+        self.early_frames: list[pb.ServerMessage] = []  # what arrived before the Welcome
         self.ended: StreamEnded | None = None
         self.sent_close = False
 
     def __repr__(self) -> str:
-        return f"<RawSession ended={self.ended} queued={self._frames.qsize()}>"
+        held = len(self._held)
+        return f"<RawSession ended={self.ended} queued={self._frames.qsize()} held={held}>"
 
     async def _pump(self) -> None:
         error: ConveyorError | None = None
@@ -80,11 +91,27 @@ class RawSession:
     async def hello(
         self, queues: dict[str, int], concurrency: int = 1, *, within: float = 10.0, **fields: Any
     ) -> pb.Welcome:
-        """Send Hello and return the Welcome (CheckFailed if anything else arrives)."""
+        """Send Hello and return the Welcome; frames before it are kept for later ``recv`` calls.
+
+        CheckFailed when no Welcome arrives within ``within`` or the stream ends first.
+        """
         fields.setdefault("sdk_version", "conveyor-conformance/0.1.0")
         await self.send(pb.WorkerMessage(hello=pb.Hello(queues=queues, concurrency=concurrency, **fields)))
-        msg = await self.expect("welcome", within)
-        return msg.welcome
+        loop = asyncio.get_running_loop()
+        end = loop.time() + within
+        early: list[pb.ServerMessage] = []
+        while True:
+            item = await self._next(max(0.0, end - loop.time()))
+            if item is None:
+                self._held.extend(early)
+                raise CheckFailed(f"no welcome frame within {within:g}s")
+            if isinstance(item, StreamEnded):
+                raise CheckFailed(f"stream ended ({_describe_end(item)}) while waiting for welcome")
+            if item.WhichOneof("frame") == "welcome":
+                self.early_frames.extend(early)
+                self._held.extend(early)
+                return item.welcome
+            early.append(item)
 
     async def result(self, task_id: str, outcome: int, error_msg: str = "", result: bytes = b"") -> None:
         """Send one Result frame."""
@@ -105,6 +132,12 @@ class RawSession:
 
     async def recv(self, within: float) -> pb.ServerMessage | StreamEnded | None:
         """Next server frame, a StreamEnded, or None when nothing arrived within ``within``."""
+        if self._held:
+            return self._held.popleft()
+        return await self._next(within)
+
+    async def _next(self, within: float) -> pb.ServerMessage | StreamEnded | None:
+        """Next frame off the wire (held frames not included)."""
         if self.ended is not None:
             return self.ended
         try:

@@ -7,6 +7,7 @@ import secrets
 import time
 from typing import Any
 
+from conveyor_conformance._session import RawSession
 from conveyor_conformance.checks._common import ARCHIVED, CANCELED, COMPLETED, PENDING, SUCCESS, ULID, dur, ts
 from conveyor_conformance.context import CheckContext, describe
 from conveyor_conformance.model import CheckFailed, Requirement
@@ -192,18 +193,35 @@ async def dependencies(ctx: CheckContext) -> str:
     doomed = await ctx.enqueue(depends_on=[tpb.TaskDependency(task_id=doomed_pre.id, on_failure=cascade)])
     ctx.expect(after.state == BLOCKED, f"dependent initial state {describe(after)}, want BLOCKED")
     sess, _ = await ctx.worker_session(concurrency=1)
-    for _ in range(2):
-        msg = await sess.expect("dispatch", ctx.t(10))
-        task = msg.dispatch.task
-        ctx.expect(task.id in (first.id, doomed_pre.id), f"dispatched {task.type} while it was blocked")
-        outcome = SUCCESS if task.id == first.id else pb.TASK_OUTCOME_SKIP_RETRY
-        await sess.result(task.id, outcome, "" if outcome == SUCCESS else "fail prerequisite")
-    msg = await sess.expect("dispatch", ctx.t(20))
-    ctx.expect(msg.dispatch.task.id == after.id, "dependent was not dispatched after its prerequisite")
-    await sess.result(after.id, SUCCESS)
+    order = await _run_dependency_tasks(ctx, sess, first.id, after.id, doomed_pre.id)
     await ctx.wait_task(after.id, lambda t: t.state == COMPLETED, "COMPLETED")
     gone = await ctx.wait_task(doomed.id, lambda t: t.state == CANCELED, "CANCELED by cascade", within=20)
-    return f"dependent ran after prerequisite; cascade dependent {describe(gone)}"
+    return f"order {' -> '.join(order)}; dependent ran after its prerequisite; cascade: {describe(gone)}"
+
+
+async def _run_dependency_tasks(
+    ctx: CheckContext, sess: RawSession, first: str, after: str, doomed_pre: str
+) -> list[str]:
+    """Answer dispatches (concurrency 1) until all three runnable tasks ran; returns their order.
+
+    Any order the protocol allows passes: ``after`` is legal once ``first`` succeeded (the
+    only blocked moment is before that Result), ``doomed_pre`` at any time. The cascade
+    dependent must never be dispatched, and neither must ``after`` before its prerequisite.
+    """
+    names = {first: "first", after: "dependent", doomed_pre: "doomed prerequisite"}
+    done: list[str] = []
+    while len(done) < len(names):
+        msg = await sess.expect("dispatch", ctx.t(20))
+        task = msg.dispatch.task
+        ctx.expect(task.id in names, f"dispatched {task.type} {task.id} while it was blocked")
+        ctx.expect(
+            task.id != after or first in done, "dependent dispatched before its prerequisite's SUCCESS"
+        )
+        ctx.expect(task.id not in done, f"{names[task.id]} dispatched twice")
+        outcome = pb.TASK_OUTCOME_SKIP_RETRY if task.id == doomed_pre else SUCCESS
+        await sess.result(task.id, outcome, "fail prerequisite" if outcome != SUCCESS else "")
+        done.append(task.id)
+    return [names[i] for i in done]
 
 
 @check(

@@ -4,5 +4,6 @@
   transport that implements the environment contract; ``MUTATION`` breaks one
   rule at a time (``none`` is the faithful reference).
 * :mod:`.server_mutant` — the reference server with one rule broken
-  (``MUTATION`` = ``no-credits``, ``ignore-heartbeats`` or ``ignore-progress``).
+  (``MUTATION`` = ``no-credits``, ``ignore-heartbeats``, ``ignore-progress`` or
+  ``dispatch-before-welcome``).
 """

@@ -6,6 +6,9 @@
 no-credits         every session may hold two more deliveries than Hello.concurrency
 ignore-heartbeats  Heartbeat frames extend no lease
 ignore-progress    Progress frames are dropped
+dispatch-before-welcome
+                   the Welcome goes out one loop turn late, so a backlog's Dispatches precede it
+                   (what upstream conveyord can do, server-behavior.md §15.8)
 
 Small patches of engine internals, used only to prove the server checks can fail.
 """
@@ -27,6 +30,22 @@ def _ignore(self: Any, *args: Any) -> None:
     return None
 
 
+def _late_welcome() -> None:
+    import asyncio
+
+    from conveyor_server_min._services import session
+
+    push = session.Outbox.push
+
+    def late(self: Any, msg: Any) -> None:
+        if msg.WhichOneof("frame") == "welcome":
+            asyncio.get_running_loop().call_soon(push, self, msg)  # after start_session's dispatches
+            return
+        push(self, msg)
+
+    session.Outbox.push = late  # type: ignore[method-assign]  # the mutation itself
+
+
 def apply(mutation: str) -> None:
     """Patch the engine for ``mutation`` (ValueError for an unknown one)."""
     from conveyor_server_min._engine import engine, sessions
@@ -37,6 +56,8 @@ def apply(mutation: str) -> None:
         engine.Engine.heartbeat = _ignore  # type: ignore[method-assign,assignment]  # the mutation itself
     elif mutation == "ignore-progress":
         engine.Engine.progress = _ignore  # type: ignore[method-assign,assignment]  # the mutation itself
+    elif mutation == "dispatch-before-welcome":
+        _late_welcome()
     else:
         raise ValueError(f"unknown server MUTATION {mutation!r}")
 

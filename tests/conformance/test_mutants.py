@@ -11,7 +11,7 @@ import pytest
 from conveyor_conformance import Status, SuiteConfig, default_registry, run_suite
 from conveyor_conformance.harness import SHORT_TIMINGS, stop_server
 from conveyor_server_min.testing import ServerProcess
-from tests.conformance._helpers import RAW_WORKER, run_variants
+from tests.conformance._helpers import RAW_WORKER, failing, run_variants
 
 # mutation -> checks it must fail
 WORKER_MUTANTS: dict[str, list[str]] = {
@@ -139,3 +139,25 @@ def test_each_server_mutant_fails_the_checks_it_breaks() -> None:
     for mutation, ids in SERVER_MUTANTS.items():
         want = {i: Status.FAIL for i in ids} | {CONTROL: Status.PASS}
         assert out[mutation] == want, mutation
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("protocol", ["grpc", "connect"])
+def test_a_dispatch_before_the_welcome_fails_the_order_check_and_nothing_else(protocol: str) -> None:
+    """A server whose Dispatches precede the Welcome fails only server.5.3.welcome-before-any-dispatch."""
+
+    async def main() -> list[object]:
+        env = {**os.environ, "MUTATION": "dispatch-before-welcome"}
+        proc = _MutantServer(SHORT_TIMINGS, env=env)
+        await asyncio.to_thread(proc.start)
+        try:
+            config = SuiteConfig(server=proc.url, only=("server",), protocol=protocol, concurrency=8)
+            summary = await run_suite(config)
+        finally:
+            assert await asyncio.to_thread(stop_server, proc) == 0
+        return list(summary.results)
+
+    results = asyncio.run(main())
+    got = failing(results)  # type: ignore[arg-type]
+    assert list(got) == ["server.5.3.welcome-before-any-dispatch"], got
+    assert "before the Welcome (dispatch" in got["server.5.3.welcome-before-any-dispatch"]
