@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from conveyor_conformance._session import RawSession
 from conveyor_conformance.checks._common import ULID, seconds
 from conveyor_conformance.context import CheckContext
 from conveyor_conformance.model import CheckFailed, NotApplicable
@@ -184,17 +185,28 @@ async def welcome_before_any_dispatch(ctx: CheckContext) -> str:
         await ctx.enqueue()
     for attempt in range(1, ORDER_ATTEMPTS + 1):
         sess = await ctx.session()
-        await sess.hello({ctx.queue: 1}, ORDER_BACKLOG)
-        if sess.early_frames:
-            first = sess.early_frames[0]
-            kinds = ", ".join(f.WhichOneof("frame") or "empty" for f in sess.early_frames)
-            task = first.dispatch.task.id if first.HasField("dispatch") else ""
-            raise CheckFailed(
-                f"connect {attempt} of {ORDER_ATTEMPTS}: {len(sess.early_frames)} frame(s) before the "
-                f"Welcome ({kinds}{'; first task ' + task if task else ''})"
-            )
-        # the backlog must really be live for this session; a clean close releases it for the next
-        await sess.expect("dispatch", ctx.t(10))
-        await sess.close_send()
-        await sess.expect_end(ctx.t(10))
+        try:
+            await _one_ordered_connect(ctx, sess, attempt)
+        finally:
+            await sess.aclose()  # 200 streams left open would exhaust a server's connection limit
     return f"Welcome first in all {ORDER_ATTEMPTS} connects to a queue of {ORDER_BACKLOG} tasks"
+
+
+async def _one_ordered_connect(ctx: CheckContext, sess: RawSession, attempt: int) -> None:
+    """Hello on the backlogged queue: CheckFailed if any frame came before the Welcome."""
+    await sess.hello({ctx.queue: 1}, ORDER_BACKLOG)
+    if sess.early_frames:
+        first = sess.early_frames[0]
+        kinds = ", ".join(f.WhichOneof("frame") or "empty" for f in sess.early_frames)
+        task = first.dispatch.task.id if first.HasField("dispatch") else ""
+        raise CheckFailed(
+            f"connect {attempt} of {ORDER_ATTEMPTS}: {len(sess.early_frames)} frame(s) before the "
+            f"Welcome ({kinds}{'; first task ' + task if task else ''})"
+        )
+    # the backlog must really be live for this session; a clean close releases it for the next
+    try:
+        await sess.expect("dispatch", ctx.t(10))
+    except CheckFailed as exc:
+        raise CheckFailed(f"connect {attempt}: the backlog was not dispatched ({exc})") from None
+    await sess.close_send()
+    await sess.expect_end(ctx.t(10))
