@@ -19,7 +19,7 @@ from conveyor_cli.dashboard.config import DashboardConfig
 from conveyor_sdk.client import Client
 from conveyor_sdk.errors import ConveyorError, InvalidArgument
 
-__all__ = ["Dashboard", "routes"]
+__all__ = ["DESTRUCTIVE", "Dashboard", "confirm_first", "refused", "routes"]
 
 
 class Dashboard(Protocol):
@@ -35,6 +35,30 @@ class Dashboard(Protocol):
 
 
 TASK_ACTIONS = ("run", "cancel", "archive", "delete", "reschedule")
+DESTRUCTIVE = {"cancel", "archive", "delete"}  # asked again on a confirmation page before they run
+
+
+def confirm_first(
+    d: Dashboard, request: Request, form: Any, message: str, back: str, *, items: list[str] | None = None
+) -> Response | None:
+    """None when the form carries ``confirm=yes``; otherwise the confirmation page, which posts the
+    same fields again (through the same CSRF check) with ``confirm=yes``. Server-side, so it holds
+    without JavaScript and for every client."""
+    if form.get("confirm") == "yes":
+        return None
+    fields = [(k, str(v)) for k, v in form.multi_items() if k != "confirm"]
+    ctx = {"action": request.url.path, "fields": fields, "message": message, "items": items or []}
+    return d.html("confirm.html", title="Confirm", banner=None, back=back, nav="", **ctx)
+
+
+async def refused(d: Dashboard, exc: ConveyorError, back: str) -> Response:
+    """The page of a refused action: the server's reason, status 404/400/409 (503 otherwise)."""
+    banner = problem(exc, d.config.server)
+    codes = {"not_found": 404, "invalid_argument": 400, "failed_precondition": 409}
+    status = codes.get(banner["code"], 503)
+    return d.html("refused.html", status, title="Action refused", banner=banner, back=back, nav="")
+
+
 QUEUE_ACTIONS = ("pause", "resume")
 CRON_ACTIONS = ("pause", "resume")
 
@@ -62,16 +86,14 @@ def _when(form: Any) -> dict[str, Any]:
 def routes(d: Dashboard) -> list[Route]:
     """The POST routes."""
 
-    async def refused(request: Request, exc: ConveyorError, back: str) -> Response:
-        banner = problem(exc, d.config.server)
-        codes = {"not_found": 404, "invalid_argument": 400, "failed_precondition": 409}
-        status = codes.get(banner["code"], 503)
-        return d.html("refused.html", status, title="Action refused", banner=banner, back=back, nav="")
-
     async def task_action(request: Request) -> Response:
         id, action = request.path_params["id"], request.path_params["action"]
         back = f"/tasks/{quote(id, safe='')}"
         form = await request.form()
+        if action in DESTRUCTIVE:
+            ask = confirm_first(d, request, form, f"{action.capitalize()} task {id}?", back)
+            if ask is not None:
+                return ask
         admin = d.cli().admin
         try:
             if action == "reschedule":
@@ -79,7 +101,7 @@ def routes(d: Dashboard) -> list[Route]:
             else:
                 await getattr(admin, f"{action}_task")(id)
         except ConveyorError as exc:
-            return await refused(request, exc, back)
+            return await refused(d, exc, back)
         if action == "delete":
             queue = str(form.get("queue", ""))
             back = f"/queues/{quote(queue, safe='')}?deleted={quote(id, safe='')}" if queue else "/"
@@ -92,7 +114,7 @@ def routes(d: Dashboard) -> list[Route]:
         try:
             await getattr(d.cli().admin, f"{action}_queue")(name)
         except ConveyorError as exc:
-            return await refused(request, exc, back)
+            return await refused(d, exc, back)
         return RedirectResponse(back, status_code=303)
 
     async def cron_action(request: Request) -> Response:
@@ -100,7 +122,7 @@ def routes(d: Dashboard) -> list[Route]:
         try:
             await getattr(d.cli().admin, f"{action}_cron")(id)
         except ConveyorError as exc:
-            return await refused(request, exc, "/cron")
+            return await refused(d, exc, "/cron")
         return RedirectResponse("/cron", status_code=303)
 
     task_re = "{action:str}"

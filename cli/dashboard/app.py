@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from conveyor_cli.dashboard import actions, views
+from conveyor_cli.dashboard import actions, bulk, pages, views
 from conveyor_cli.dashboard.banner import problem
 from conveyor_cli.dashboard.config import DashboardConfig
 from conveyor_cli.dashboard.events import EventFeed
@@ -117,8 +117,21 @@ def create_app(config: DashboardConfig) -> Starlette:
         q = r.query_params
         state = TaskState.parse(q["state"]) if q.get("state") else None
         flt = views.QueueFilter(state, q.get("type", ""), q.get("id", ""), q.get("page", ""))
-        data = await views.queue_page(d.cli(), r.path_params["name"], flt, config.page_size)
-        return {"filter": flt, **data}
+        assert d.feed is not None
+        data = await views.queue_page(d.cli(), r.path_params["name"], flt, config.page_size, d.feed)
+        notice = {k: q.get(k, "") for k in ("deleted", "bulk", "ok", "failed")}
+        return {"filter": flt, "notice": notice, **data}
+
+    async def search(r: Request) -> dict[str, Any]:
+        q = r.query_params
+        state = TaskState.parse(q["state"]) if q.get("state") else None
+        wanted = pages.Search(q.get("q", "").strip(), q.get("type", "").strip(), state)
+        found = await pages.search(d.cli(), wanted)
+        return {"states": views.STATES, **found}
+
+    async def limits(r: Request) -> dict[str, Any]:
+        notice = {k: r.query_params.get(k, "") for k in ("saved", "removed")}
+        return {"notice": notice, **await pages.limits(d.cli())}
 
     async def task(r: Request) -> dict[str, Any]:
         return await views.task_detail(d.cli(), r.path_params["id"])
@@ -150,7 +163,10 @@ def create_app(config: DashboardConfig) -> Starlette:
         Route("/workers", d.page("workers", "Workers", workers)),
         Route("/cron", d.page("cron", "Cron", cron)),
         Route("/events", d.page("events", "Events", events)),
+        Route("/search", d.page("search", "Search", search)),
+        Route("/limits", d.page("limits", "Limits", limits)),
         Route("/login", login, methods=["GET", "POST"]),
+        *bulk.routes(d),  # before actions.routes: /queues/{name}/bulk would match its pattern
         *actions.routes(d),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]

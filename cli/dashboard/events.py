@@ -15,6 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from conveyor_cli.dashboard.history import SAMPLE_EVERY, History
 from conveyor_sdk.client import Client, TaskEvent, TaskEventType
 from conveyor_sdk.errors import ConveyorError
 
@@ -42,6 +43,8 @@ class EventFeed:
         # COMPLETED counts per queue in one-second buckets: exact whatever the event rate, bounded.
         self._done: deque[tuple[int, dict[str, int]]] = deque(maxlen=int(THROUGHPUT_WINDOW) + 1)
         self._task: asyncio.Task[None] | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        self.history = History()  # the charts' last hour
         self.error = ""
         self.connected = False
 
@@ -64,6 +67,7 @@ class EventFeed:
         """Record one event (the consumer calls this; public for tests and replays)."""
         now = time.monotonic()
         self._items.append(Received(event, now))
+        self.history.event(event)
         if event.event_type is TaskEventType.COMPLETED:
             second = int(now)
             if not self._done or self._done[-1][0] != second:
@@ -75,14 +79,23 @@ class EventFeed:
         """Start the background consumer (idempotent)."""
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="conveyor-dashboard-events")
+            self._sampler = asyncio.create_task(self._sample(), name="conveyor-dashboard-depth")
 
     async def stop(self) -> None:
-        """Cancel the consumer and wait for it."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """Cancel the consumer and the depth sampler and wait for them."""
+        for task in (self._task, self._sampler):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._sampler = None
+
+    async def _sample(self) -> None:
+        # Depth history even while nobody has the overview open (each overview view samples too).
+        while True:
+            with contextlib.suppress(ConveyorError):
+                self.history.depth(await self._client.admin.list_queues())
+            await asyncio.sleep(SAMPLE_EVERY)
 
     async def _run(self) -> None:
         delay = 0.5

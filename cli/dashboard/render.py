@@ -14,10 +14,11 @@ from typing import Any
 import jinja2
 import msgspec
 
-__all__ = ["PREVIEW_LIMIT", "ago", "env", "payload_preview"]
+__all__ = ["ERROR_LIMIT", "PREVIEW_LIMIT", "ago", "duration", "env", "payload_preview", "timeline"]
 
 HERE = Path(__file__).parent
 PREVIEW_LIMIT = 64 * 1024  # bytes of a payload shown; the size is always shown in full
+ERROR_LIMIT = 64 * 1024  # characters of last_error shown (a traceback); the length is always shown
 
 
 def env() -> jinja2.Environment:
@@ -29,6 +30,7 @@ def env() -> jinja2.Environment:
     )
     e.filters["ts"] = timestamp
     e.filters["ago"] = ago
+    e.filters["duration"] = duration
     return e
 
 
@@ -90,3 +92,49 @@ def hexdump(data: bytes) -> str:
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
         lines.append(f"{off:08x}  {chunk.hex(' '):<47}  {text}")
     return "\n".join(lines)
+
+
+def duration(seconds: float | None) -> str:
+    """``850 ms``, ``12.3 s``, ``4m 05s``, ``2h 03m`` or ``—``."""
+    if seconds is None:
+        return "—"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    secs = int(seconds)
+    if secs < 3600:
+        return f"{secs // 60}m {secs % 60:02d}s"
+    return f"{secs // 3600}h {secs % 3600 // 60:02d}m"
+
+
+def timeline(task: Any, now: datetime | None = None) -> dict[str, Any]:
+    """The task's timestamps in order with the gap before each, wait and run time, bounded error."""
+    marks = [
+        ("enqueued", task.enqueued_at),
+        ("due", task.process_at),
+        ("started", task.started_at),
+        ("finished", task.completed_at),
+    ]
+    known = sorted(((t, label) for label, t in marks if t is not None), key=lambda m: m[0])
+    steps, prev = [], None
+    for at, label in known:
+        steps.append({"label": label, "at": at, "gap": (at - prev).total_seconds() if prev else None})
+        prev = at
+    started, done = task.started_at, task.completed_at
+    due = max((t for t in (task.enqueued_at, task.process_at) if t is not None), default=None)
+    run = None
+    if started is not None:
+        end = done or (now or datetime.now(UTC))
+        run = max(0.0, (end - started).total_seconds())
+    wait = (started - due).total_seconds() if started and due and started >= due else None
+    error = task.last_error or ""
+    return {
+        "timeline": steps,
+        "run_time": run,
+        "running": started is not None and done is None and task.state.name == "ACTIVE",
+        "wait_time": wait,
+        "attempt": task.retried + 1,  # the current or last attempt, 1-based
+        "error_text": error[:ERROR_LIMIT],
+        "error_length": len(error),
+    }

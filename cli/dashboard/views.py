@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from conveyor_cli.dashboard.events import EventFeed
-from conveyor_cli.dashboard.render import payload_preview
+from conveyor_cli.dashboard.history import chart
+from conveyor_cli.dashboard.render import payload_preview, timeline
 from conveyor_sdk.client import Client
 from conveyor_sdk.types import TaskInfo, TaskState
 
@@ -28,6 +29,7 @@ async def overview(client: Client, feed: EventFeed) -> dict[str, Any]:
     queues, rates, concs = await asyncio.gather(
         admin.list_queues(), admin.list_rate_limits(), admin.list_concurrency_limits()
     )
+    feed.history.depth(queues)
     rate_by = {r.queue: r for r in rates}
     conc_by = {c.queue: c for c in concs}
     throughput = feed.completed_per_minute()
@@ -35,7 +37,8 @@ async def overview(client: Client, feed: EventFeed) -> dict[str, Any]:
         {
             "name": q.name,
             "paused": q.paused,
-            "counts": [q.counts.get(s, 0) for s in STATES],
+            # None where the server reports no count (conveyor.v1's QueueInfo has none for CANCELED)
+            "counts": [q.counts.get(s) for s in STATES],
             "total": q.total,
             "rate": rate_by.get(q.name),
             "concurrency": conc_by.get(q.name),
@@ -43,7 +46,13 @@ async def overview(client: Client, feed: EventFeed) -> dict[str, Any]:
         }
         for q in queues
     ]
-    return {"queues": rows, "states": STATES}
+    return {"queues": rows, "states": STATES, "charts": charts(feed, "")}
+
+
+def charts(feed: EventFeed, queue: str) -> dict[str, Any]:
+    """The last hour of one queue (``""`` = all): done and failed per minute, waiting depth."""
+    series = feed.history.series(queue)
+    return {name: chart(values) for name, values in series.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +74,9 @@ class QueueFilter:
         return (not self.type or task.type == self.type) and task.id.startswith(self.id_prefix)
 
 
-async def queue_page(client: Client, name: str, flt: QueueFilter, page_size: int) -> dict[str, Any]:
+async def queue_page(
+    client: Client, name: str, flt: QueueFilter, page_size: int, feed: EventFeed
+) -> dict[str, Any]:
     """One page of a queue's tasks (newest first) plus the queue's counts."""
     admin = client.admin
     queues = await admin.list_queues()
@@ -83,11 +94,12 @@ async def queue_page(client: Client, name: str, flt: QueueFilter, page_size: int
     return {
         "name": name,
         "info": info,
-        "counts": {s: (info.counts.get(s, 0) if info else 0) for s in STATES},
+        "counts": {s: (info.counts.get(s) if info else 0) for s in STATES},
         "tasks": tasks,
         "next_token": token,
         "scanned": scanned if flt.narrows else None,
         "states": STATES,
+        "charts": charts(feed, name),
     }
 
 
@@ -98,6 +110,7 @@ async def task_detail(client: Client, id: str) -> dict[str, Any]:
         "task": task,
         "preview": payload_preview(task.payload, task.content_type),
         "actions": actions_for(task.state),
+        **timeline(task),
     }
 
 

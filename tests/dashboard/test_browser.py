@@ -65,7 +65,7 @@ def test_task_page_follows_pending_to_completed(
 
 
 def test_cancel_from_task_page(server_url: str, dashboard_factory: Callable, page: Any) -> None:
-    """The Cancel button (a same-origin POST) cancels the task and the page shows the new state."""
+    """Cancel asks first (nothing changes until confirmed), then cancels and the page shows the new state."""
     queue = uid("q")
     dash = dashboard_factory(server_url)
     with SyncClient(server_url) as client:
@@ -73,6 +73,9 @@ def test_cancel_from_task_page(server_url: str, dashboard_factory: Callable, pag
         page.goto(f"{dash.url}/tasks/{tid}")
         expect(page.locator("#task-state")).to_have_text("scheduled")
         page.locator("button.action-cancel").click()
+        expect(page.locator("#confirm-message")).to_contain_text(f"Cancel task {tid}?")
+        assert client.get_task(tid).state.name == "SCHEDULED", "cancelled before confirmation"
+        page.locator("#confirm-yes").click()
         expect(page.locator("#task-state")).to_have_text("canceled")
         assert client.get_task(tid).state.name == "CANCELED"
         expect(page.locator("button.action-cancel")).to_have_count(0)

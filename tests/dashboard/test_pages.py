@@ -37,7 +37,8 @@ def test_queue_filters_and_paging(server_url: str, dashboard_factory: Callable, 
 
 
 def test_reschedule_run_archive_delete(server_url: str, dashboard_factory: Callable, page: Any) -> None:
-    """Each task action on the task page reaches the server: reschedule, run now, archive, delete."""
+    """Each task action on the task page reaches the server (archive and delete after a confirmation, and
+    "No" changes nothing); the queue page then says which task was deleted."""
     queue = uid("q")
     dash = dashboard_factory(server_url)
     with SyncClient(server_url) as client:
@@ -49,6 +50,7 @@ def test_reschedule_run_archive_delete(server_url: str, dashboard_factory: Calla
         due = client.get_task(tid).process_at
         assert due is not None and due > datetime.now(UTC) + timedelta(seconds=5000)
         page.locator("button.action-archive").click()
+        page.locator("#confirm-yes").click()
         expect(page.locator("#task-state")).to_have_text("archived")
         page.locator("button.action-run").click()
         expect(page.locator("#task-state")).to_have_text("pending")
@@ -57,7 +59,14 @@ def test_reschedule_run_archive_delete(server_url: str, dashboard_factory: Calla
         expect(page.locator("[role=alert]")).to_contain_text("must be a number")
         page.goto(f"{dash.url}/tasks/{tid}")
         page.locator("button.action-delete").click()
+        expect(page.locator("#confirm-message")).to_contain_text(f"Delete task {tid}?")
+        page.locator("#confirm-no").click()
+        expect(page.locator("#task-state")).to_have_text("pending")
+        assert client.get_task(tid).id == tid, "deleted although the user said no"
+        page.locator("button.action-delete").click()
+        page.locator("#confirm-yes").click()
         expect(page).to_have_url(f"{dash.url}/queues/{queue}?deleted={tid}")
+        expect(page.locator("#notice")).to_contain_text(f"Task {tid} deleted.")
         assert client.admin.list_tasks(queue=queue).tasks == ()
 
 

@@ -39,9 +39,102 @@ def test_actions_need_post_and_same_origin(server_url: str, dashboard_factory: C
         assert http.post(action, headers=referer).status_code == 403
         assert http.post(f"{dash.url}/queues/{queue}/pause", headers={"Origin": "null"}).status_code == 403
         assert _state(server_url, tid) == "SCHEDULED"
-        ok = http.post(action, headers={"Origin": dash.url})
+        asked = http.post(action, headers={"Origin": dash.url})
+        assert asked.status_code == 200 and 'name="confirm" value="yes"' in asked.text
+        assert _state(server_url, tid) == "SCHEDULED"
+        ok = http.post(action, headers={"Origin": dash.url}, data={"confirm": "yes"})
         assert ok.status_code == 303
     assert _state(server_url, tid) == "CANCELED"
+
+
+def _new_actions(dash_url: str, queue: str, tid: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every POST the bulk and limits pages add, each with a form that would change something."""
+    yes = {"confirm": "yes"}
+    return [
+        (f"{dash_url}/queues/{queue}/bulk", {"action": "cancel", "id": tid, **yes}),
+        (f"{dash_url}/queues/{queue}/bulk", {"action": "run", "id": tid}),
+        (f"{dash_url}/queues/{queue}/rerun-archived", yes),
+        (f"{dash_url}/limits/rate", {"queue": queue, "rate": "5", "burst": "1"}),
+        (f"{dash_url}/limits/concurrency", {"queue": queue, "max_active": "2"}),
+        (
+            f"{dash_url}/limits/group",
+            {"queue": queue, "max_size": "3", "max_delay": "1s", "grace_period": "1s"},
+        ),
+        (f"{dash_url}/limits/rate/delete", {"queue": queue, **yes}),
+        (f"{dash_url}/limits/concurrency/delete", {"queue": queue, **yes}),
+        (f"{dash_url}/limits/group/delete", {"queue": queue, **yes}),
+    ]
+
+
+def _untouched(url: str, queue: str, tid: str) -> bool:
+    with SyncClient(url) as client:
+        admin = client.admin
+        limits = [*admin.list_rate_limits(), *admin.list_concurrency_limits(), *admin.list_group_configs()]
+        return client.get_task(tid).state.name == "SCHEDULED" and not [x for x in limits if x.queue == queue]
+
+
+def test_new_actions_need_post_same_origin_and_login(server_url: str, dashboard_factory: Callable) -> None:
+    """Bulk, re-run-archived and limits POSTs: GET 405, cross-origin 403, no login 401; nothing changes."""
+    dash = dashboard_factory(server_url, "--auth-token", "dash-secret")
+    queue, tid = _scheduled(server_url)
+    with httpx.Client() as http:
+        for url, form in _new_actions(dash.url, queue, tid):
+            assert http.get(url).status_code in {303, 405}, url  # 303: to the login page first
+            assert http.post(url, data=form).status_code == 403, url
+            evil = {"Origin": "http://evil.example"}
+            assert http.post(url, data=form, headers=evil).status_code == 403, url
+            assert http.post(url, data=form, headers={"Origin": dash.url}).status_code == 401, url
+        assert http.get(f"{dash.url}/limits").status_code == 303
+        assert http.get(f"{dash.url}/search?q={tid}").status_code == 303
+    assert _untouched(server_url, queue, tid)
+
+
+def test_destructive_new_actions_ask_first(server_url: str, dashboard_factory: Callable) -> None:
+    """Bulk cancel/delete, re-run archived and removing a limit answer a confirm page; nothing changes."""
+    dash = dashboard_factory(server_url)
+    queue, tid = _scheduled(server_url)
+    with SyncClient(server_url) as client:
+        client.admin.set_rate_limit(queue, 3.0, burst=1)
+    origin = {"Origin": dash.url}
+    with httpx.Client() as http:
+        for path, form in (
+            (f"/queues/{queue}/bulk", {"action": "cancel", "id": tid}),
+            (f"/queues/{queue}/bulk", {"action": "delete", "id": tid}),
+            (f"/queues/{queue}/rerun-archived", {}),
+            ("/limits/rate/delete", {"queue": queue}),
+        ):
+            resp = http.post(dash.url + path, data=form, headers=origin)
+            assert resp.status_code == 200 and 'id="confirm-yes"' in resp.text, path
+    assert _state(server_url, tid) == "SCHEDULED"
+    with SyncClient(server_url) as client:
+        assert [r.queue for r in client.admin.list_rate_limits() if r.queue == queue] == [queue]
+
+
+def test_limits_form_mistakes_are_reasons(server_url: str, dashboard_factory: Callable) -> None:
+    """A bad rate, burst, limit or duration answers 400 with a one-line reason in a banner, no traceback."""
+    dash = dashboard_factory(server_url)
+    queue = uid("q")
+    origin = {"Origin": dash.url}
+    cases = [
+        ("/limits/rate", {"queue": queue, "rate": "fast", "burst": "1"}, "use tasks per second"),
+        ("/limits/rate", {"queue": queue, "rate": "5", "burst": "0"}, "burst must be at least 1"),
+        ("/limits/concurrency", {"queue": queue, "max_active": "x"}, "max active must be a whole number"),
+        (
+            "/limits/group",
+            {"queue": queue, "max_size": "0", "max_delay": "1s", "grace_period": "1s"},
+            "max size must be at least 1",
+        ),
+        (
+            "/limits/group",
+            {"queue": queue, "max_size": "2", "max_delay": "soon", "grace_period": "1s"},
+            "max delay",
+        ),
+        ("/limits/rate", {"queue": "", "rate": "5"}, "queue is required"),
+    ]
+    for path, form, reason in cases:
+        resp = httpx.post(dash.url + path, data=form, headers=origin)
+        assert resp.status_code == 400, (path, form, resp.status_code)
+        assert reason in resp.text and 'role="alert"' in resp.text and "Traceback" not in resp.text, reason
 
 
 def test_security_headers_and_loopback_bind(server_url: str, dashboard_factory: Callable) -> None:
@@ -74,7 +167,9 @@ def test_auth_token_guards_every_page(server_url: str, dashboard_factory: Callab
         for path in ("/", f"/queues/{queue}", f"/tasks/{tid}", "/workers", "/cron", "/events"):
             resp = http.get(dash.url + path)
             assert resp.status_code == 303 and resp.headers["location"].startswith("/login"), path
-        blocked = http.post(f"{dash.url}/tasks/{tid}/cancel", headers={"Origin": dash.url})
+        blocked = http.post(
+            f"{dash.url}/tasks/{tid}/cancel", headers={"Origin": dash.url}, data={"confirm": "yes"}
+        )
         assert blocked.status_code == 401
         wrong = http.get(f"{dash.url}/?token=nope")
         assert wrong.status_code == 303 and wrong.headers["location"].startswith("/login")

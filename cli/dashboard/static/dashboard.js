@@ -1,7 +1,8 @@
 // Conveyor dashboard live updates: short polling, no framework, no build step.
 // Every page's <main id="live"> is re-fetched from the same URL with "X-Dashboard-Live: 1";
 // the server answers with that region's HTML only (rendered and escaped server-side), which
-// replaces the old one. The poll pauses while the tab is hidden or the user is typing in it.
+// replaces the old one. The poll pauses while the tab is hidden, the user is typing in it or has
+// ticked tasks for a bulk action.
 (function () {
   "use strict";
   var live = document.getElementById("live");
@@ -16,8 +17,13 @@
     return el && live.contains(el) && (el.tagName === "INPUT" || el.tagName === "SELECT");
   }
 
+  function selecting() {
+    // Ticked checkboxes (bulk selection) would be lost if the region were replaced.
+    return live.querySelector("input[type=checkbox]:checked") !== null;
+  }
+
   function tick() {
-    if (busy || document.hidden || typing()) { return; }
+    if (busy || document.hidden || typing() || selecting()) { return; }
     busy = true;
     fetch(window.location.href, {
       headers: { "X-Dashboard-Live": "1" }, credentials: "same-origin", cache: "no-store"
