@@ -6,7 +6,6 @@ the runtime lives in ``conveyor_sdk._runtime``.
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 from collections.abc import Iterable
@@ -64,6 +63,7 @@ def _in_range(flag: str, value: int | None, low: int, high: int | None = None) -
 def _validate(
     queue: list[str], pool: list[str], concurrency: int | None, processes: int | None
 ) -> tuple[list[PoolSpec], int]:
+    from conveyor_sdk._runtime.cpus import available_cpus
     from conveyor_sdk._runtime.pools import parse_pool, parse_queue
 
     for spec in queue:
@@ -71,7 +71,7 @@ def _validate(
     pools = [parse_pool(p) for p in pool]
     _in_range("--concurrency", concurrency, 1, MAX_CONCURRENCY)
     _in_range("--processes", processes, 0, MAX_PROCESSES)
-    procs = processes if processes is not None else (os.cpu_count() or 1)
+    procs = processes if processes is not None else available_cpus()
     if procs == 0 and pools:
         raise ValueError("--pool needs --processes >= 1")
     return pools, procs
@@ -108,38 +108,90 @@ def register(app: typer.Typer) -> None:
         ] = None,
         queue: Annotated[
             list[str],
-            typer.Option("-q", "--queue", help="NAME=WEIGHT (repeatable); default: the app's queues."),
+            typer.Option(
+                "-q",
+                "--queue",
+                envvar="CONVEYOR_QUEUES",
+                help="NAME=WEIGHT (repeatable; the variable: space separated); default: the app's queues.",
+            ),
         ] = [],  # noqa: B006 - typer needs a literal default for list options
         concurrency: Annotated[
-            int | None, typer.Option(help="Tasks at once, 1..100000 (default: 2 per process, 8 in-process).")
+            int | None,
+            typer.Option(
+                envvar="CONVEYOR_CONCURRENCY",
+                help="Tasks at once, 1..100000 (default: 2 per process, 8 in-process).",
+            ),
         ] = None,
         processes: Annotated[
-            int | None, typer.Option(help="Child processes, 0..1024 (default: CPU count; 0 = in-process).")
+            int | None,
+            typer.Option(
+                envvar="CONVEYOR_PROCESSES",
+                help="Child processes, 0..1024 (default: the CPUs this process may use: affinity and cgroup "
+                "quota; 0 = in-process).",
+            ),
         ] = None,
         pool: Annotated[
-            list[str], typer.Option("--pool", help="NAME:QUEUES:N explicit pool (repeatable).")
+            list[str],
+            typer.Option(
+                "--pool",
+                envvar="CONVEYOR_POOLS",
+                help="NAME:QUEUES:N explicit pool (repeatable; space separated).",
+            ),
         ] = [],  # noqa: B006 - typer needs a literal default for list options
-        grace: Annotated[str, typer.Option(help="Drain grace on SIGTERM.")] = "30s",
+        grace: Annotated[str, typer.Option(envvar="CONVEYOR_GRACE", help="Drain grace on SIGTERM.")] = "30s",
         max_tasks_per_child: Annotated[
-            int, typer.Option(help="Recycle a child after N tasks (0 = never).")
+            int,
+            typer.Option(
+                envvar="CONVEYOR_MAX_TASKS_PER_CHILD", help="Recycle a child after N tasks (0 = never)."
+            ),
         ] = 0,
         max_memory_per_child: Annotated[
-            int, typer.Option(help="Recycle a child above this RSS in MB (0 = never).")
+            int,
+            typer.Option(
+                envvar="CONVEYOR_MAX_MEMORY_PER_CHILD",
+                help="Recycle a child above this RSS in MB (0 = never).",
+            ),
         ] = 0,
         reload: Annotated[
-            bool, typer.Option("--reload", help="Reload on .py changes (development).")
+            bool,
+            typer.Option("--reload", envvar="CONVEYOR_RELOAD", help="Reload on .py changes (development)."),
         ] = False,
         metrics_port: Annotated[
             int | None,
-            typer.Option(help="Serve Prometheus /metrics, /healthz and /readyz on this port (0..65535)."),
+            typer.Option(
+                envvar="CONVEYOR_METRICS_PORT",
+                help="Serve Prometheus /metrics, /healthz and /readyz on this port (0..65535).",
+            ),
         ] = None,
         metrics_host: Annotated[
-            str, typer.Option(help="Address for --metrics-port (0.0.0.0 for Kubernetes probes).")
+            str,
+            typer.Option(
+                envvar="CONVEYOR_METRICS_HOST",
+                help="Address for --metrics-port (0.0.0.0 for Kubernetes probes).",
+            ),
         ] = "127.0.0.1",
-        log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
-        log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+        log_format: Annotated[str, typer.Option(envvar="CONVEYOR_LOG_FORMAT", help="text or json.")] = "text",
+        log_level: Annotated[
+            str,
+            typer.Option(
+                envvar="CONVEYOR_LOG_LEVEL",
+                help="debug, info, warning or error (hpack/h2 stay at info unless named in "
+                "CONVEYOR_DEBUG_LOGGERS).",
+            ),
+        ] = "info",
+        task_log: Annotated[
+            bool,
+            typer.Option(
+                "--task-log/--no-task-log",
+                envvar="CONVEYOR_TASK_LOG",
+                help="One INFO line per finished task; off for very high rates (failures are always logged).",
+            ),
+        ] = True,
         demo: Annotated[
-            bool, typer.Option("--demo", help="Run the app module's demo(client) producer.")
+            bool,
+            typer.Option(
+                "--demo", envvar="CONVEYOR_DEMO", help="Run the app module's demo(client) producer."
+            ),
         ] = False,
         key_file: Annotated[
             str | None,
@@ -188,6 +240,7 @@ def register(app: typer.Typer) -> None:
             key_file=key_file,
             embedded_db=embedded_db,
             loop=loop,
+            task_log=task_log,
         )
         raise typer.Exit(code)
 
@@ -213,9 +266,11 @@ def run_worker_command(
     log_level: str = "info",
     metrics_host: str = "127.0.0.1",
     loop: str = "auto",
+    task_log: bool = True,
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
     from conveyor_sdk._runtime.logs import parse_level
+    from conveyor_sdk._runtime.rss import check_memory_limit
     from conveyor_sdk._runtime.supervisor import SupervisorConfig
     from conveyor_sdk._transport import eventloop
     from conveyor_sdk.errors import InvalidArgument
@@ -232,6 +287,7 @@ def run_worker_command(
             raise ValueError(f"--grace must be >= 0, got {grace}")
         _in_range("--max-tasks-per-child", max_tasks_per_child, 0)
         _in_range("--max-memory-per-child", max_memory_per_child, 0)
+        check_memory_limit(max_memory_per_child)
         _check_metrics_port(metrics_host, metrics_port)
         eventloop.resolve(loop)
         if not server:
@@ -270,6 +326,7 @@ def run_worker_command(
         encryption=encryption,
         embedded_db=embedded_db or None,
         loop=loop,
+        task_log=task_log,
     )
     return _serve(config, registry)
 

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from conveyor_sdk._runtime import pipe
 from conveyor_sdk._runtime.appload import AppLoadError, load_app
 from conveyor_sdk._runtime.outbox import Outbox
+from conveyor_sdk._runtime.rss import read_rss
 from conveyor_sdk._transport import eventloop
 from conveyor_sdk._transport.firststep import eager_task
 from conveyor_sdk._worker.context import CancelSignal, ProgressSink
@@ -56,15 +57,6 @@ def set_parent_death_signal() -> None:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def read_rss(pid: int | str = "self") -> int:
-    """Resident set size in bytes from /proc (0 where unavailable)."""
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 class _ContextPool(ThreadPoolExecutor):
@@ -135,7 +127,7 @@ class ChildLoop:
 
     async def _beat(self) -> None:
         while True:
-            self.send(pipe.Beat(read_rss(), len(self.tasks)))
+            self.send(pipe.Beat(read_rss(), len(self.tasks)))  # rss.py: /proc, else the getrusage peak
             await asyncio.sleep(self.beat)
 
     def on_message(self, message: pipe.PipeMessage) -> None:

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import IO, Any
 
-__all__ = ["LEVELS", "JsonFormatter", "TextFormatter", "configure_logging", "parse_level"]
+__all__ = [
+    "LEVELS",
+    "QUIET_LOGGERS",
+    "JsonFormatter",
+    "TextFormatter",
+    "configure_logging",
+    "parse_level",
+    "quiet_third_party",
+]
 
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -125,4 +135,17 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    quiet_third_party(level)
     logging.captureWarnings(True)
+
+
+# HTTP/2 libraries log every header block at DEBUG: at --log-level debug they were most of the
+# output (37 of 43 lines from hpack). They stay at INFO unless named in CONVEYOR_DEBUG_LOGGERS.
+QUIET_LOGGERS = ("hpack", "h2")
+
+
+def quiet_third_party(level: int, env: Mapping[str, str] = os.environ) -> None:
+    """Keep :data:`QUIET_LOGGERS` at INFO or above unless ``CONVEYOR_DEBUG_LOGGERS`` names them."""
+    asked = {name.strip() for name in env.get("CONVEYOR_DEBUG_LOGGERS", "").split(",")}
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(level if name in asked else max(level, logging.INFO))

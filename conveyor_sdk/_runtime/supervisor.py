@@ -89,6 +89,7 @@ class SupervisorConfig:
     encryption: Any = None  # opens sealed payloads here, in the supervisor (children get plaintext)
     embedded_db: str | None = None  # SQLite file for the embedded server (--embedded-db)
     loop: str = "auto"  # event loop of the supervisor and its children: auto | asyncio | uvloop
+    task_log: bool = True  # one INFO line per finished task (--no-task-log turns it off)
 
 
 class Supervisor:
@@ -224,6 +225,7 @@ class Supervisor:
                 concurrency=cfg.concurrency,
                 token=cfg.token,
                 grace=cfg.grace,
+                task_log=cfg.task_log,
                 encryption=cfg.encryption,
             )
             return {DEFAULT_POOL: worker}
@@ -235,6 +237,7 @@ class Supervisor:
                 concurrency=pool.capacity,
                 token=cfg.token,
                 grace=cfg.grace,
+                task_log=cfg.task_log,
                 executor=self.executor.for_pool(name),
                 labels={"pool": name},
                 encryption=cfg.encryption,
