@@ -24,7 +24,14 @@ import sys
 import threading
 import time
 
-__all__ = ["DEFAULT_PORT", "PORT_ENV", "EmbeddedServer", "EmbeddedServerError", "preferred_port"]
+__all__ = [
+    "DEFAULT_PORT",
+    "PORT_ENV",
+    "EmbeddedServer",
+    "EmbeddedServerError",
+    "answers_as_conveyor",
+    "preferred_port",
+]
 
 DEFAULT_PORT = 8080
 PORT_ENV = "CONVEYOR_EMBEDDED_PORT"
@@ -75,6 +82,21 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def answers_as_conveyor(url: str, timeout: float = 2.0) -> bool:
+    """True when ``url`` answers a GetTask the way a Conveyor server does (NotFound, or an auth refusal)."""
+    from conveyor_sdk.client import RetryConfig, SyncClient
+    from conveyor_sdk.errors import NotFound, PermissionDenied, Unauthenticated
+
+    try:
+        with SyncClient(url, timeout=timeout, retry=RetryConfig(attempts=1)) as client:
+            client.get_task("00000000000000000000000000")
+    except (NotFound, Unauthenticated, PermissionDenied):
+        return True
+    except Exception:  # isolation point: anything else (not HTTP/2, not Connect) is not a Conveyor server
+        return False
+    return True
+
+
 class EmbeddedServer:
     """A dev-mode reference server on 127.0.0.1: the preferred port when free, else any."""
 
@@ -94,7 +116,16 @@ class EmbeddedServer:
                 return self._launch(self.port)
             except _PortTaken:
                 pass
-        if self.port:
+        if self.port and answers_as_conveyor(f"http://127.0.0.1:{self.port}"):
+            # Two servers: producers reach the one on the preferred port, this worker serves the
+            # other, and nothing says so. Say it loudly, and how to join the running one.
+            log.warning(
+                "a Conveyor server already answers on 127.0.0.1:%d; this worker starts its own embedded "
+                "server on another port, so tasks enqueued to 127.0.0.1:%d reach no worker here. "
+                "To serve that server instead: conveyor worker ... --server http://127.0.0.1:%d",
+                self.port, self.port, self.port,
+            )  # fmt: skip
+        elif self.port:
             log.info("port %d is in use; the embedded server takes a free port instead", self.port)
         return self._launch(0)
 
