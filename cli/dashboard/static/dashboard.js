@@ -23,7 +23,12 @@
   }
 
   function tick() {
-    if (busy || document.hidden || typing() || selecting()) { return; }
+    if (busy || document.hidden || typing()) { return; }
+    if (selecting()) {
+      status.textContent = "paused · tasks selected";
+      status.className = "live-status paused";
+      return;
+    }
     busy = true;
     fetch(window.location.href, {
       headers: { "X-Dashboard-Live": "1" }, credentials: "same-origin", cache: "no-store"
