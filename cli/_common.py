@@ -77,7 +77,9 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except ConveyorError as exc:
-        fail(f"{exc.code.connect_name}: {exc.message}")
+        from conveyor_cli._network import describe  # the address and what to check, in words
+
+        fail(describe(exc) or f"{exc.code.connect_name}: {exc.message}")
     except (ValueError, OSError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:

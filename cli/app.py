@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -19,6 +20,7 @@ from conveyor_cli import (
     tasks_extra,
     worker_cmd,
 )
+from conveyor_cli._network import CA_ENV
 
 app = typer.Typer(
     name="conveyor",
@@ -44,8 +46,19 @@ def _root(
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
+    ca_file: Annotated[
+        str | None,
+        typer.Option(
+            "--ca-file",
+            envvar=CA_ENV,
+            metavar="PEM",
+            help="CA bundle that verifies an https:// server, for every command (default: system trust).",
+        ),
+    ] = None,
 ) -> None:
     """Conveyor for Python: run workers, the reference server, producer and operator commands."""
+    if ca_file:  # the commands read it from the environment (the worker's own --ca-file too)
+        os.environ[CA_ENV] = ca_file
 
 
 server_cmd.register(app)

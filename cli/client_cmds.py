@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from conveyor_cli._client_render import (
     emit_tasks,
 )
 from conveyor_cli._enqueue_app import apply_app
+from conveyor_cli._network import CA_ENV, describe
 from conveyor_cli._queue_check import warn_unknown_queue
 from conveyor_sdk.client import SyncClient
 from conveyor_sdk.codecs import JSON, OCTET_STREAM
@@ -57,11 +59,16 @@ def fail(message: str, code: int = 1) -> NoReturn:
 @contextlib.contextmanager
 def client_for(server: str, token: str | None, encryption: Any = None) -> Iterator[SyncClient]:
     """A SyncClient whose failures become one-line errors."""
+    ca_file = os.environ.get(CA_ENV) or None
     try:
-        with SyncClient(server, token=token or None, encryption=encryption) as client:
+        ca = Path(ca_file).read_bytes() if ca_file else None
+    except OSError as exc:
+        fail(f"{CA_ENV}={ca_file}: cannot read the CA bundle: {exc.strerror or exc}")
+    try:
+        with SyncClient(server, token=token or None, encryption=encryption, tls_ca_cert=ca) as client:
             yield client
     except ConveyorError as exc:
-        fail(f"{exc.code.connect_name}: {exc.message}")
+        fail(describe(exc) or f"{exc.code.connect_name}: {exc.message}")
     except (ValueError, OSError) as exc:
         fail(str(exc))
 

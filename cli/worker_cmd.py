@@ -25,7 +25,8 @@ EPILOG = (
     "Exit codes: 0 clean stop (drained after SIGTERM/SIGINT); 1 invalid option or queue configuration "
     "(nothing was started); 2 command-line usage error; 3 the app module cannot be imported; 4 the app "
     "attribute is missing or not an App/Registry; 5 child processes cannot load the app or keep dying at "
-    "start-up; 6 fatal session error (unauthenticated, permission denied, protocol error); 7 the embedded "
+    "start-up; 6 fatal session error (unauthenticated, permission denied, protocol error, a server "
+    "certificate that does not verify); 7 the embedded "
     "server did not start."
 )
 
@@ -105,6 +106,15 @@ def register(app: typer.Typer) -> None:
         ] = None,
         token: Annotated[
             str | None, typer.Option("--token", envvar="CONVEYOR_TOKEN", help="Bearer token.")
+        ] = None,
+        ca_file: Annotated[
+            str | None,
+            typer.Option(
+                "--ca-file",
+                envvar="CONVEYOR_CA_FILE",
+                metavar="PEM",
+                help="CA bundle that verifies an https:// server (default: the system trust store).",
+            ),
         ] = None,
         queue: Annotated[
             list[str],
@@ -241,6 +251,7 @@ def register(app: typer.Typer) -> None:
             embedded_db=embedded_db,
             loop=loop,
             task_log=task_log,
+            ca_file=ca_file,
         )
         raise typer.Exit(code)
 
@@ -267,6 +278,7 @@ def run_worker_command(
     metrics_host: str = "127.0.0.1",
     loop: str = "auto",
     task_log: bool = True,
+    ca_file: str | None = None,
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
     from conveyor_sdk._runtime.logs import parse_level
@@ -327,6 +339,7 @@ def run_worker_command(
         embedded_db=embedded_db or None,
         loop=loop,
         task_log=task_log,
+        ca_file=ca_file,
     )
     return _serve(config, registry)
 

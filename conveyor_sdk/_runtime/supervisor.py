@@ -34,6 +34,7 @@ from conveyor_sdk._runtime.pools import DEFAULT_POOL, PoolSpec, plan_pools
 from conveyor_sdk._runtime.proc import ChildArgs
 from conveyor_sdk._runtime.reload import app_directory, discard_snapshot, watch
 from conveyor_sdk._transport import eventloop
+from conveyor_sdk._transport.options import TLSOptions
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk.errors import ConveyorError
 
@@ -90,6 +91,7 @@ class SupervisorConfig:
     embedded_db: str | None = None  # SQLite file for the embedded server (--embedded-db)
     loop: str = "auto"  # event loop of the supervisor and its children: auto | asyncio | uvloop
     task_log: bool = True  # one INFO line per finished task (--no-task-log turns it off)
+    ca_file: str | None = None  # PEM bundle that verifies an https:// server (--ca-file)
 
 
 class Supervisor:
@@ -226,6 +228,7 @@ class Supervisor:
                 token=cfg.token,
                 grace=cfg.grace,
                 task_log=cfg.task_log,
+                tls=TLSOptions(ca_file=cfg.ca_file) if cfg.ca_file else None,
                 encryption=cfg.encryption,
             )
             return {DEFAULT_POOL: worker}
@@ -238,6 +241,7 @@ class Supervisor:
                 token=cfg.token,
                 grace=cfg.grace,
                 task_log=cfg.task_log,
+                tls=TLSOptions(ca_file=cfg.ca_file) if cfg.ca_file else None,
                 executor=self.executor.for_pool(name),
                 labels={"pool": name},
                 encryption=cfg.encryption,

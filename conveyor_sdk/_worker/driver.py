@@ -14,6 +14,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import ssl
 import threading
 import time
 from collections import deque
@@ -41,7 +42,7 @@ from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
 from conveyor_sdk._worker.outcomes import cancelled_outcome, log_finished, never_retried
 from conveyor_sdk._worker.registry import Registry
-from conveyor_sdk.errors import ConveyorError, Internal, ProtocolError
+from conveyor_sdk.errors import Code, ConveyorError, Internal, InvalidArgument, ProtocolError
 
 __all__ = ["Driver", "WorkerHost"]
 
@@ -54,12 +55,16 @@ class WorkerHost(Protocol):
     A protocol here, so that this module does not import the runner (which imports it).
     """
 
-    server: str
     concurrency: int
     grace: float
     _log: logging.Logger
     _loop: asyncio.AbstractEventLoop | None
     task_log: bool
+
+    @property
+    def server(self) -> str:
+        """The address to connect to next (moves on when a session ends: see Backoff)."""
+        ...
 
     def _transport(self) -> tuple[Callable[..., Any], Any]: ...
 
@@ -248,7 +253,9 @@ class Driver:
         self.opener = None
         now = time.time()
         if isinstance(result, ConveyorError):
-            self.log.warning("cannot connect to %s: %s", self.worker.server, result)
+            result = _unverified_is_fatal(result, self.worker.server)
+            if result.code is not Code.INVALID_ARGUMENT:
+                self.log.warning("cannot connect to %s: %s", self.worker.server, result)
             await self._execute(self.machine.connection_lost(result, now))
             return
         if self.stopped is not None:
@@ -516,3 +523,20 @@ class Driver:
             task.cancel()
         await asyncio.gather(*self.jobs.values(), return_exceptions=True)
         await self.executor.close(0.0)
+
+
+def _unverified_is_fatal(error: ConveyorError, server: str) -> ConveyorError:
+    """A server certificate that does not verify is configuration, not an outage: retrying cannot
+    help, so it becomes a fatal InvalidArgument that says what to pass (the worker stops)."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, ssl.SSLCertVerificationError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return error
+    reason = getattr(cause, "verify_message", "") or str(cause)
+    fatal = InvalidArgument(
+        f"the TLS certificate of {server} does not verify ({reason}): pass the CA that signed it with "
+        "--ca-file / CONVEYOR_CA_FILE (Worker(tls=TLSOptions(ca_file=...))), or check --server"
+    )
+    fatal.__cause__ = error
+    return fatal

@@ -88,9 +88,11 @@ def test_user_mistakes_are_one_line_errors(url: str, args: tuple[str, ...], mess
 
 
 def test_server_down_is_a_one_line_error() -> None:
-    """An unreachable server exits 1 with an `unavailable` line."""
+    """An unreachable server exits 1 with one line naming the address and --server / CONVEYOR_ADDR."""
     result = CliRunner().invoke(app, ["queues", "ls", "--server", "http://127.0.0.1:9"])
-    assert result.exit_code == 1 and result.stderr.startswith("error: unavailable")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: cannot reach the server at http://127.0.0.1:9 (")
+    assert "check --server / CONVEYOR_ADDR" in result.stderr
 
 
 def test_tasks_get_ls_and_actions(url: str) -> None:
