@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from conveyor_cli._network import CA_ENV
 from conveyor_cli.dashboard import actions, bulk, pages, views
 from conveyor_cli.dashboard.banner import problem
 from conveyor_cli.dashboard.config import DashboardConfig
@@ -44,12 +46,16 @@ class Dashboard:
         self.templates = env()
         self.client: Client | None = None
         self.feed: EventFeed | None = None
+        ca_file = os.environ.get(CA_ENV)  # conveyor --ca-file / CONVEYOR_CA_FILE (an https:// server)
+        self.ca = Path(ca_file).read_bytes() if ca_file else None
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
         cfg = self.config
         once = RetryConfig(attempts=1)  # a down server shows a banner now, not after retries
-        self.client = Client(cfg.server, token=cfg.token, timeout=cfg.rpc_timeout, retry=once)
+        self.client = Client(
+            cfg.server, token=cfg.token, timeout=cfg.rpc_timeout, retry=once, tls_ca_cert=self.ca
+        )
         self.feed = EventFeed(self.client, cfg.event_buffer)
         if not cfg.feed_on_demand:
             self.feed.start()

@@ -101,3 +101,33 @@ def test_worker_with_an_unverified_certificate_stops_with_exit_6(
         assert joined.wait() == 0
     finally:
         joined.cleanup()
+
+
+@needs_openssl
+def test_dashboard_reaches_an_https_server_with_ca_file(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess]
+) -> None:
+    """conveyor dashboard with CONVEYOR_CA_FILE reads an https server; without it the page says it cannot."""
+    import urllib.error
+    import urllib.request
+
+    from tests.dashboard.conftest import DashboardProcess
+
+    certs = make_certs(tmp_path)
+    server = server_factory(
+        ["--dev", "--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)]
+    )
+    pages = []
+    for env in ({"CONVEYOR_CA_FILE": str(certs.ca)}, {"CONVEYOR_CA_FILE": ""}):
+        board = DashboardProcess(server.url, env=env)
+        try:
+            try:
+                with urllib.request.urlopen(board.url + "/", timeout=30) as resp:
+                    pages.append(f"{resp.status} {resp.read().decode()}")
+            except urllib.error.HTTPError as exc:  # the banner page comes with a 503
+                pages.append(f"{exc.code} {exc.read().decode()}")
+        finally:
+            assert board.stop() == 0
+    trusted, untrusted = pages
+    assert trusted.startswith("200 ") and "Cannot reach the Conveyor server" not in trusted
+    assert untrusted.startswith("503 ") and "Cannot reach the Conveyor server" in untrusted
