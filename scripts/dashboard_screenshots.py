@@ -91,12 +91,20 @@ def main() -> None:
                 ("workers", "/workers"),
                 ("cron", "/cron"),
                 ("events", "/events"),
+                ("limits", "/limits"),
+                ("search", "/search?type=report.build"),
             ]:
                 page.goto(base + path)
                 page.wait_for_selector("main h1")
                 page.wait_for_timeout(700)  # one live refresh, so the status dot shows
                 page.screenshot(path=str(OUT / f"dashboard-{name}.png"), full_page=True)
                 print(f"wrote docs/img/dashboard-{name}.png")
+            page.goto(base + "/queues/reports?state=scheduled")  # a bulk action's confirmation page
+            page.locator("#tasks input[name=id]").first.check()
+            page.locator("button.bulk-delete").click()
+            page.wait_for_selector("#confirm-message")
+            page.screenshot(path=str(OUT / "dashboard-confirm.png"), full_page=True)
+            print("wrote docs/img/dashboard-confirm.png")
             browser.close()
     finally:
         hold.set()

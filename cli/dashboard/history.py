@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,11 @@ class History:
     def __init__(self, clock: Any = time.time) -> None:
         self._clock = clock
         self._buckets: deque[Bucket] = deque(maxlen=MINUTES + 1)
+        # Built charts per queue, valid while the minute and the data are unchanged (so ten tabs
+        # polling an idle system re-use one rendering of the numbers).
+        self._version = 0
+        self._cache_key: tuple[int, int] = (-1, -1)
+        self._cache: dict[str, Any] = {}
 
     def _bucket(self) -> Bucket:
         minute = int(self._clock() // 60)
@@ -70,8 +75,10 @@ class History:
         """Count one WatchEvents event."""
         if event.event_type is TaskEventType.COMPLETED:
             self._bump(self._bucket().done, event.queue)
+            self._version += 1
         elif event.event_type in FAILED:
             self._bump(self._bucket().failed, event.queue)
+            self._version += 1
 
     def depth(self, queues: Iterable[QueueInfo]) -> None:
         """Record the waiting depth of every queue (the newest sample of a minute wins)."""
@@ -81,7 +88,21 @@ class History:
             depth[""] = depth.get("", 0) + n
             if len(depth) <= MAX_QUEUES:
                 depth[q.name] = n
-        self._bucket().depth = depth
+        bucket = self._bucket()
+        if bucket.depth != depth:
+            bucket.depth = depth
+            self._version += 1
+
+    def cached(self, queue: str, build: Callable[[dict[str, list[int | None]]], Any]) -> Any:
+        """``build(self.series(queue))``, re-built only when the minute or the data changed."""
+        key = (int(self._clock() // 60), self._version)
+        if key != self._cache_key:
+            self._cache, self._cache_key = {}, key
+        if queue not in self._cache:
+            if len(self._cache) >= MAX_QUEUES:
+                return build(self.series(queue))
+            self._cache[queue] = build(self.series(queue))
+        return self._cache[queue]
 
     def series(self, queue: str = "") -> dict[str, list[int | None]]:
         """``MINUTES`` points, oldest first, for ``queue`` (``""`` = overall); depth None = no sample."""
@@ -105,4 +126,12 @@ def chart(values: list[int | None], width: int = 600, height: int = 80) -> dict[
     points = " ".join(
         f"{i * step:.1f},{height - 2 - v * scale:.1f}" for i, v in enumerate(values) if v is not None
     )
-    return {"points": points, "peak": peak, "last": known[-1] if known else None, "w": width, "h": height}
+    end = points.rsplit(" ", 1)[-1].split(",") if points else None  # the newest point gets a dot
+    return {
+        "points": points,
+        "end": end,
+        "peak": peak,
+        "last": known[-1] if known else None,
+        "w": width,
+        "h": height,
+    }

@@ -51,8 +51,7 @@ async def overview(client: Client, feed: EventFeed) -> dict[str, Any]:
 
 def charts(feed: EventFeed, queue: str) -> dict[str, Any]:
     """The last hour of one queue (``""`` = all): done and failed per minute, waiting depth."""
-    series = feed.history.series(queue)
-    return {name: chart(values) for name, values in series.items()}
+    return feed.history.cached(queue, lambda series: {name: chart(v) for name, v in series.items()})
 
 
 @dataclass(frozen=True, slots=True)

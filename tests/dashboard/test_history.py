@@ -87,6 +87,7 @@ def test_chart_points_scale_to_the_peak_and_skip_gaps() -> None:
     assert [x for x, _ in points] == [0.0, 100.0, 300.0]
     assert points[0][1] == 78.0 and points[-1][1] == 2.0
     assert chart([None, None])["points"] == "" and chart([0, 0])["peak"] == 0
+    assert c["end"] == ["300.0", "2.0"] and chart([None])["end"] is None
 
 
 def test_timeline_run_time_wait_and_bounded_error() -> None:
@@ -112,3 +113,24 @@ def test_timeline_run_time_wait_and_bounded_error() -> None:
     assert len(out["error_text"]) == ERROR_LIMIT and out["error_length"] == ERROR_LIMIT + 10
     assert duration(0.5) == "500 ms" and duration(12.34) == "12.3 s" and duration(245) == "4m 05s"
     assert duration(7380) == "2h 03m" and duration(None) == "—"
+
+
+def test_cached_charts_are_rebuilt_when_data_or_minute_changes() -> None:
+    """The cache serves an unchanged hour; a new event, a new depth or a new minute rebuilds it."""
+    clock = Clock()
+    h = History(clock)
+    builds: list[int] = []
+
+    def build(series: dict[str, list[int | None]]) -> int:
+        builds.append(1)
+        return sum(v or 0 for v in series["done"])
+
+    assert h.cached("", build) == 0 and h.cached("", build) == 0 and len(builds) == 1
+    h.depth([QueueInfo("a", False, {TaskState.PENDING: 1})])
+    h.depth([QueueInfo("a", False, {TaskState.PENDING: 1})])  # unchanged: no rebuild
+    h.cached("", build)
+    assert len(builds) == 2
+    h.event(_event(TaskEventType.COMPLETED, "a"))
+    assert h.cached("", build) == 1 and len(builds) == 3
+    clock.now += 60
+    assert h.cached("", build) == 1 and len(builds) == 4

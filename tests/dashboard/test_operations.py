@@ -1,14 +1,8 @@
-"""The operator pages in headless chromium: charts, task timeline, bulk actions, search, limits.
-
-Each test also saves the page as docs/img/dashboard-*.png when ``CONVEYOR_SCREENSHOTS=1`` (how the
-images in docs/dashboard.md are made).
-"""
+"""The operator pages in headless chromium: charts, task timeline, bulk actions, search, limits."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from playwright.sync_api import expect
@@ -17,15 +11,6 @@ from conveyor_sdk.client import SyncClient, task
 from conveyor_sdk.worker import Registry, SkipRetry
 from tests.cli_client._helpers import uid
 from tests.cli_client._worker import worker_thread
-
-IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
-
-
-def shot(page: Any, name: str) -> None:
-    """Save a screenshot for the docs when asked to (never in a normal run)."""
-    if os.environ.get("CONVEYOR_SCREENSHOTS") == "1":
-        page.set_viewport_size({"width": 1280, "height": 900})
-        page.screenshot(path=str(IMG / f"dashboard-{name}.png"), full_page=True)
 
 
 def test_charts_follow_throughput_and_failures_live(
@@ -50,7 +35,6 @@ def test_charts_follow_throughput_and_failures_live(
         expect(page.locator('figure[data-chart="failed"]')).to_have_attribute("data-peak", "1")
         expect(page.locator('figure[data-chart="done"] polyline')).to_have_count(1)
     assert page.evaluate("window.__same_document") is True, "the page was reloaded, not live-updated"
-    shot(page, "overview")
     page.goto(f"{dash.url}/queues/{queue}")
     expect(page.locator('figure[data-chart="done"]')).to_have_attribute("data-peak", "5")
     expect(page.locator('figure[data-chart="depth"] .peak')).to_contain_text("now 0")
@@ -97,7 +81,6 @@ def test_task_page_shows_traceback_timeline_and_run_time(
     assert steps[0] == "enqueued" and steps[-2:] == ["started", "finished"]
     expect(page.locator("#run-time")).not_to_have_text("—")
     expect(page.locator("#attempt")).to_contain_text("1 of at most")
-    shot(page, "task")
 
 
 def test_bulk_cancel_delete_and_run_selected(server_url: str, dashboard_factory: Callable, page: Any) -> None:
@@ -140,7 +123,6 @@ def test_bulk_cancel_delete_and_run_selected(server_url: str, dashboard_factory:
         for tid in ids[:2]:
             page.locator(f'input[name=id][value="{tid}"]').check()
         page.locator("button.bulk-delete").click()
-        shot(page, "confirm")
         page.locator("#confirm-yes").click()
         expect(page.locator("#notice")).to_contain_text("Deleted: 2 tasks")
         assert {t.id for t in client.admin.list_tasks(queue=queue).tasks} == set(ids[2:])
@@ -165,7 +147,6 @@ def test_rerun_archived_of_a_type(server_url: str, dashboard_factory: Callable, 
         expect(page.locator("#notice")).to_contain_text("Re-ran archived: 2 tasks")
         states = [client.get_task(tid).state.name for tid in made_ids]
         assert states == ["PENDING", "PENDING", "ARCHIVED", "SCHEDULED"]
-        shot(page, "queue")
 
 
 def test_search_by_id_type_and_state(server_url: str, dashboard_factory: Callable, page: Any) -> None:
@@ -190,7 +171,6 @@ def test_search_by_id_type_and_state(server_url: str, dashboard_factory: Callabl
     page.locator("#search-form button").click()
     expect(page.locator("#results tbody tr")).to_have_count(1)
     expect(page.locator(f'tr[data-task="{two}"]')).to_be_visible()
-    shot(page, "search")
     page.goto(f"{dash.url}/search?q=no-such-task-{uid('x')}")
     expect(page.locator("#search-summary")).to_contain_text("0 found")
 
@@ -228,7 +208,6 @@ def test_limits_page_sets_and_removes(server_url: str, dashboard_factory: Callab
         assert [(g.group, g.max_size, g.max_delay.total_seconds()) for g in groups] == [
             ("tenant-7", 25, 30.0)
         ]
-        shot(page, "limits")
         page.locator(f'#rates tr[data-queue="{queue}"] button.remove').click()
         expect(page.locator("#confirm-message")).to_contain_text(f"Remove the rate limit of {queue}?")
         page.locator("#confirm-yes").click()
