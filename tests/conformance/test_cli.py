@@ -23,8 +23,8 @@ def _run(
 def test_run_writes_reports_and_exits_zero(tmp_path: Path) -> None:
     """A passing selection exits 0, prints the table and writes JSON and JUnit reports."""
     out = _run(
-        "run", "--only", "server.6.2", "--only", "server.5.3", "--json", str(tmp_path / "r.json"),
-        "--junit", str(tmp_path / "r.xml"),
+        "run", "--only", "server.6.2", "--only", "server.5.3.welcome-fields",
+        "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"),
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "server.6.2.get-task-errors" in out.stdout and "2 passed" in out.stdout
