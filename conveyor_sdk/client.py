@@ -16,6 +16,9 @@ validated on the client before any network call (:class:`ValidationError`, a
 :class:`~conveyor_sdk.errors.DuplicateTask`. ``unavailable`` is retried with
 full-jitter backoff only for calls that are safe to repeat (GetTask, reads,
 Enqueue with ``task_id``, EnqueueTx when every item has a ``task_id``).
+``enqueue`` gives every task a client-assigned ULID when none was given, so it is
+always safe to repeat. Several server addresses (a list, or one comma-separated
+string) make a client fail over: see docs/client.md, "Failover".
 Operator calls live on ``client.admin``.
 """
 
@@ -45,9 +48,10 @@ from conveyor_sdk._client.admin_wire import CronOptions
 from conveyor_sdk._client.connect_unary import ConnectUnaryStub
 from conveyor_sdk._client.convert import enqueue_result, task_info
 from conveyor_sdk._client.h2transport import H2Transport
+from conveyor_sdk._client.ids import new_task_id
 from conveyor_sdk._client.options import EnqueueOptions, TaskSpec, ValidationError
 from conveyor_sdk._client.retry import RetryConfig
-from conveyor_sdk._client.transport import ClientConfig, Protocol, UnaryCaller, WireFormat
+from conveyor_sdk._client.transport import ClientConfig, Protocol, RoutedStub, UnaryCaller, WireFormat
 from conveyor_sdk._encryption.hooks import (
     Encryptor,
     check_encryptor,
@@ -57,6 +61,7 @@ from conveyor_sdk._encryption.hooks import (
 )
 from conveyor_sdk._gen.conveyor.v1 import service_connect as sc
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._protocol.backoff import parse_addresses
 from conveyor_sdk.codecs import CodecRegistry
 from conveyor_sdk.errors import DuplicateTask
 from conveyor_sdk.types import Duration, EnqueueResult, TaskInfo
@@ -113,12 +118,25 @@ def _seconds(value: Duration | None) -> float | None:
 
 
 def _landed_earlier(exc: DuplicateTask, req: pb.EnqueueRequest) -> bool:
-    """An Enqueue with task_id that hit ``already_exists`` only after an ``unavailable`` retry.
+    """An Enqueue with task_id that hit ``already_exists`` only after a repeat (retry or failover).
 
     The earlier attempt most likely committed the task and only its answer was
     lost, so the duplicate is our own: read the task back instead of failing.
+    A duplicate on the first attempt is always raised (a user's id that is taken).
     """
     return bool(req.task_id) and exc.details.get("attempts", 1) > 1
+
+
+def _with_id(req: pb.EnqueueRequest) -> pb.EnqueueRequest:
+    """Give an Enqueue without ``task_id`` a client-assigned ULID: repeating it is then harmless."""
+    if not req.task_id:
+        req.task_id = new_task_id()
+    return req
+
+
+def _one(stubs: list[Any], ring_of: UnaryCaller) -> Any:
+    """The stub itself for one address; a :class:`RoutedStub` over all of them otherwise."""
+    return stubs[0] if len(stubs) == 1 else RoutedStub(ring_of.ring, stubs)
 
 
 def _check_same(exc: DuplicateTask, req: pb.EnqueueRequest, stored: pb.TaskInfo) -> pb.TaskInfo:
@@ -136,12 +154,14 @@ def _pick(own: Encryptor | None, spec: TaskSpec) -> Encryptor | None:
 class _Base:
     """Configuration, codecs and request building shared by both clients."""
 
-    def __init__(self, address: str, **options: Unpack[ClientOptions]) -> None:
+    def __init__(self, address: str | Sequence[str], **options: Unpack[ClientOptions]) -> None:
         unknown = sorted(set(options) - set(ClientOptions.__optional_keys__))
         if unknown:
             raise TypeError(f"unknown client option(s): {', '.join(unknown)}")
+        addresses = parse_addresses(address)
         self._config = ClientConfig(
-            address=address,
+            address=addresses[0],
+            addresses=addresses,
             token=options.get("token"),
             protocol=options.get("protocol", "connect"),
             wire_format=options.get("wire_format", "proto"),
@@ -166,8 +186,13 @@ class _Base:
 
     @property
     def address(self) -> str:
-        """The server URL."""
-        return self._config.address
+        """The server URL calls go to now (the first one until a call failed over)."""
+        return self._config.addresses[self._caller.ring.index]
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """Every server URL this client fails over between, in order."""
+        return self._config.addresses
 
     def _enqueue_request(self, type: str, payload: Any, options: Mapping[str, Any]) -> pb.EnqueueRequest:
         return rq.enqueue(type, payload, options, self.codecs, trace=self._trace)
@@ -176,8 +201,14 @@ class _Base:
         return rq.enqueue_items(tasks, self.codecs, trace=self._trace, what=what)
 
     def statistics(self) -> dict[str, Any]:
-        """Counters: calls made (attempts) and retries after ``unavailable``."""
-        return {"address": self.address, "calls": self._caller.calls, "retries": self._caller.retries}
+        """Counters: calls made (attempts), retries after ``unavailable``, moves to another address."""
+        caller = self._caller
+        return {
+            "address": self.address,
+            "calls": caller.calls,
+            "retries": caller.retries,
+            "failovers": caller.failovers,
+        }
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -189,7 +220,9 @@ class Client(_Base):
     """Asyncio producer client. Use ``async with`` or call :meth:`aclose`.
 
     Args:
-        address: ``http://host:port`` (h2c) or ``https://host`` (TLS).
+        address: ``http://host:port`` (h2c) or ``https://host`` (TLS); several (a cluster's
+            nodes) as a list or a comma-separated string: calls go to one until it fails,
+            then move on (docs/client.md, "Failover").
         token: bearer token sent on every call.
         timeout: default per-attempt call timeout (seconds or timedelta; None = no limit).
         protocol: ``"connect"`` (default) or ``"grpc"``.
@@ -213,19 +246,26 @@ class Client(_Base):
         self._owned = transport is None
         self._transport = transport or pyqwest.HTTPTransport(**self._config.transport_kwargs())
         http = pyqwest.Client(self._transport)
-        # Task calls (the producer's hot path) run on an asyncio HTTP/2 transport: no thread hop.
-        self._h2 = H2Transport(self.address, ca_pem=self._config.tls_ca_cert) if self._native_h2() else None
         ckw = self._config.connect_kwargs()
-        self._tasks: Any  # connectrpc's generated client or ConnectUnaryStub (same methods)
+        self._h2s: list[H2Transport] = []
+        tasks, admins = [], []
+        for url in self._config.addresses:
+            tasks.append(self._task_stub(url, http, ckw))
+            admins.append(sc.AdminServiceClient(url, http_client=http, **ckw))
+        self._h2 = self._h2s[0] if self._h2s else None
+        self._tasks: Any = _one(tasks, self._caller)  # generated client or ConnectUnaryStub (same methods)
+        self.admin = AsyncAdmin(self._caller, _one(admins, self._caller), self.codecs)
+
+    def _task_stub(self, url: str, http: pyqwest.Client, ckw: dict[str, Any]) -> Any:
+        """Task calls (the producer's hot path) run on an asyncio HTTP/2 transport: no thread hop."""
         cfg = self._config
-        if self._h2 is not None and cfg.protocol == "connect" and cfg.wire_format == "proto":
-            self._tasks = ConnectUnaryStub(self._h2, pb.DESCRIPTOR.services_by_name["TaskService"])
-        else:  # connectrpc's client; on our HTTP/2 transport when we own the connection
-            tasks_http = pyqwest.Client(self._h2) if self._h2 is not None else http
-            self._tasks = sc.TaskServiceClient(self.address, http_client=tasks_http, **ckw)
-        self.admin = AsyncAdmin(
-            self._caller, sc.AdminServiceClient(self.address, http_client=http, **ckw), self.codecs
-        )
+        h2 = H2Transport(url, ca_pem=cfg.tls_ca_cert) if self._native_h2() else None
+        if h2 is None:
+            return sc.TaskServiceClient(url, http_client=http, **ckw)
+        self._h2s.append(h2)
+        if cfg.protocol == "connect" and cfg.wire_format == "proto":
+            return ConnectUnaryStub(h2, pb.DESCRIPTOR.services_by_name["TaskService"])
+        return sc.TaskServiceClient(url, http_client=pyqwest.Client(h2), **ckw)
 
     def _native_h2(self) -> bool:
         """Our own HTTP/2 transport for task calls: HTTP/2 and no transport given by the caller."""
@@ -246,7 +286,7 @@ class Client(_Base):
         rpc_timeout: Duration | None,
         encryption: Encryptor | None,
     ) -> TaskInfo:
-        req = self._enqueue_request(type, payload, options)
+        req = _with_id(self._enqueue_request(type, payload, options))
         if encryption is None:
             check_reserved(req)  # seal_request's whole work without an encryptor, minus a coroutine
         else:
@@ -294,8 +334,8 @@ class Client(_Base):
         if self._closed:
             return
         self._closed = True
-        if self._h2 is not None:
-            await self._h2.aclose()
+        for h2 in self._h2s:
+            await h2.aclose()
         if self._owned and isinstance(self._transport, pyqwest.HTTPTransport):
             await self._transport.aclose()
 
@@ -323,10 +363,10 @@ class SyncClient(_Base):
         self._transport = transport or pyqwest.SyncHTTPTransport(**self._config.transport_kwargs())
         http = pyqwest.SyncClient(self._transport)
         ckw = self._config.connect_kwargs()
-        self._tasks = sc.TaskServiceClientSync(self.address, http_client=http, **ckw)
-        self.admin = SyncAdmin(
-            self._caller, sc.AdminServiceClientSync(self.address, http_client=http, **ckw), self.codecs
-        )
+        urls = self._config.addresses
+        self._tasks = _one([sc.TaskServiceClientSync(u, http_client=http, **ckw) for u in urls], self._caller)
+        admins = [sc.AdminServiceClientSync(u, http_client=http, **ckw) for u in urls]
+        self.admin = SyncAdmin(self._caller, _one(admins, self._caller), self.codecs)
 
     def enqueue(
         self, type: str, payload: Any = None, /, *, rpc_timeout: Duration | None = None,
@@ -343,7 +383,7 @@ class SyncClient(_Base):
         rpc_timeout: Duration | None,
         encryption: Encryptor | None,
     ) -> TaskInfo:
-        req = self._enqueue_request(type, payload, options)
+        req = _with_id(self._enqueue_request(type, payload, options))
         seal_request_sync(req, encryption)
         try:
             resp = self._caller.call("Enqueue", self._tasks.enqueue, req, _seconds(rpc_timeout))

@@ -214,13 +214,22 @@ class H2Transport:
                     ssl=self._ssl,
                     server_hostname=server_hostname,
                 )
-        except ConveyorError:
-            raise
+        except ConveyorError as exc:
+            raise _not_sent(exc) from None
         except (OSError, TimeoutError) as exc:
-            raise _connect.connect_error(exc, target) from None
-        _connect.check_alpn(transport, target)
+            raise _not_sent(_connect.connect_error(exc, target)) from None
+        try:
+            _connect.check_alpn(transport, target)
+        except ConveyorError as exc:
+            raise _not_sent(exc) from None
         self.connections += 1
         return conn
+
+
+def _not_sent(err: ConveyorError) -> ConveyorError:
+    """Mark a failure to open the connection: no request left, so another server may take it."""
+    err.details = {**err.details, "not_sent": True}
+    return err
 
 
 async def _read_body(content: object) -> bytes:

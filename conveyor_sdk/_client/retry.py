@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import Code, ConveyorError
 
-__all__ = ["RetryConfig", "safe_to_repeat", "should_retry"]
+__all__ = ["RetryConfig", "can_fail_over", "safe_to_repeat", "should_retry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,3 +68,15 @@ def should_retry(error: ConveyorError, attempt: int, config: RetryConfig) -> boo
     ``retryable`` is False for failures repeating cannot fix (an untrusted certificate, a closed client).
     """
     return error.code is Code.UNAVAILABLE and error.retryable and attempt < config.attempts
+
+
+def can_fail_over(error: ConveyorError, safe: bool) -> bool:
+    """Repeat a failed call on the next server address (pure decision; the caller counts hops).
+
+    ``unavailable`` (retryable) qualifies when the call is safe to repeat, or when the request
+    never left this client (``details["not_sent"]``: the connection could not be opened), so
+    the other server cannot be asked twice. A server-side verdict (any other code) is final.
+    """
+    if error.code is not Code.UNAVAILABLE or not error.retryable:
+        return False
+    return safe or bool(error.details.get("not_sent"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -21,10 +21,11 @@ from connectrpc.compat import google_protobuf_binary_codec, google_protobuf_json
 from connectrpc.errors import ConnectError
 from connectrpc.protocol import ProtocolType
 
-from conveyor_sdk._client.retry import NO_RETRY, RetryConfig, safe_to_repeat, should_retry
+from conveyor_sdk._client.retry import NO_RETRY, RetryConfig, can_fail_over, safe_to_repeat, should_retry
+from conveyor_sdk._protocol.backoff import parse_addresses
 from conveyor_sdk.errors import Code, ConveyorError, DeadlineExceeded, Unavailable, error_for_code
 
-__all__ = ["ClientConfig", "translate"]
+__all__ = ["ClientConfig", "Ring", "Routed", "translate"]
 
 log = logging.getLogger("conveyor.client")
 
@@ -37,7 +38,7 @@ WireFormat = Literal["proto", "json"]
 class ClientConfig:
     """Validated connection settings shared by the async and sync clients."""
 
-    address: str
+    address: str  # the first of ``addresses``
     token: str | None = None
     protocol: Protocol = "connect"
     wire_format: WireFormat = "proto"
@@ -46,11 +47,12 @@ class ClientConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     tls_ca_cert: bytes | None = None
     http2: bool = True
+    addresses: tuple[str, ...] = ()  # every server to fail over between (default: ``address``)
 
     def __post_init__(self) -> None:
-        if not self.address.startswith(("http://", "https://")):
-            raise ValueError(f"server address must start with http:// or https://, got {self.address!r}")
-        object.__setattr__(self, "address", self.address.rstrip("/"))
+        addresses = parse_addresses(self.addresses or self.address)
+        object.__setattr__(self, "addresses", addresses)
+        object.__setattr__(self, "address", addresses[0])
         if self.protocol not in ("connect", "grpc"):
             raise ValueError(f"protocol must be 'connect' or 'grpc', got {self.protocol!r}")
         if self.wire_format not in ("proto", "json"):
@@ -62,7 +64,7 @@ class ClientConfig:
 
     @property
     def tls(self) -> bool:
-        """True for https:// addresses."""
+        """True for https:// addresses (all of them: see ``__post_init__``)."""
         return self.address.startswith("https://")
 
     def request_headers(self) -> dict[str, str]:
@@ -127,18 +129,87 @@ def _cancelled(exc: BaseException) -> bool:
     return isinstance(exc, ConnectError) and isinstance(exc.__cause__, asyncio.CancelledError)
 
 
+class Ring:
+    """Which of several server addresses calls go to: the current one until a call fails there.
+
+    Shared by every call of one client. :meth:`moved_from` moves on only if no other call has
+    already moved away from the failed address, so two calls failing at once skip no node.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.index = 0
+
+    def moved_from(self, index: int) -> None:
+        if self.index == index:
+            self.index = (index + 1) % self.size
+
+
+class Routed:
+    """One RPC method of several stubs (one per address): called on the ring's current address.
+
+    ``UnaryCaller`` picks ``methods[ring.index]`` per attempt, so a retry goes elsewhere."""
+
+    __slots__ = ("keeps_deadline", "methods", "ring")
+
+    def __init__(self, ring: Ring, methods: Sequence[Callable[..., Any]]) -> None:
+        self.ring = ring
+        self.methods = tuple(methods)
+        self.keeps_deadline = getattr(methods[0], "keeps_deadline", False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.methods[self.ring.index](*args, **kwargs)
+
+
+class RoutedStub:
+    """Stubs of one service, one per address, seen as one: each method is :class:`Routed`."""
+
+    def __init__(self, ring: Ring, stubs: Sequence[Any]) -> None:
+        self._ring = ring
+        self._stubs = tuple(stubs)
+
+    def __getattr__(self, name: str) -> Routed:
+        routed = Routed(self._ring, [getattr(stub, name) for stub in self._stubs])
+        setattr(self, name, routed)  # built once per method
+        return routed
+
+
+def _target(fn: Callable[..., RES]) -> tuple[Callable[..., RES], int]:
+    """The method to call for this attempt, and the address index it goes to (-1: only one)."""
+    if isinstance(fn, Routed):
+        index = fn.ring.index
+        return fn.methods[index], index
+    return fn, -1
+
+
 class UnaryCaller:
-    """Run unary calls with headers, timeout, translation and bounded retries."""
+    """Run unary calls with headers, timeout, translation, failover and bounded retries.
+
+    With several addresses, a failure that :func:`~conveyor_sdk._client.retry.can_fail_over`
+    allows is repeated on the next address at once; ``retry``'s budget and delays count whole
+    rounds of addresses (one address: every attempt is a round, as before).
+    """
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
         self.headers = config.request_headers()
         self._timed: dict[int, dict[str, str]] = {}  # self.headers + connect-timeout-ms, per timeout
+        self.ring = Ring(len(config.addresses))
         self.calls = 0
         self.retries = 0
+        self.failovers = 0
 
-    def _plan(self, method: str, request: object) -> RetryConfig:
-        return self.config.retry if safe_to_repeat(method, request) else NO_RETRY
+    def _next(self, err: ConveyorError, safe: bool, index: int, hops: int) -> bool:
+        """After a failed attempt on address ``index``: True to try the next address at once."""
+        if index < 0:
+            return False
+        self.ring.moved_from(index)
+        if hops + 1 < self.ring.size and can_fail_over(err, safe):
+            self.failovers += 1
+            log.info("call failed on %s (%s); trying %s", self.config.addresses[index], err,
+                     self.config.addresses[self.ring.index])  # fmt: skip
+            return True
+        return False
 
     async def acall(
         self,
@@ -148,21 +219,28 @@ class UnaryCaller:
         timeout: float | None = None,  # noqa: ASYNC109  # forwarded to connectrpc as timeout_ms
     ) -> RES:
         """Async call of a generated client method ``fn`` (e.g. ``tasks.enqueue``)."""
-        plan, attempt = self._plan(method, request), 0
+        safe = safe_to_repeat(method, request)
+        plan = self.config.retry if safe else NO_RETRY
         timeout_ms = self.config.timeout_ms(timeout)
+        attempt = rounds = hops = 0
         while True:
             attempt += 1
             self.calls += 1
+            target, index = _target(fn)
             try:
-                return await self._attempt(fn, request, timeout_ms)
+                return await self._attempt(target, request, timeout_ms)
             except Exception as exc:
                 if _cancelled(exc):
                     raise asyncio.CancelledError() from exc
                 err = _with_attempts(translate(exc), attempt)
-                if not should_retry(err, attempt, plan):
+                if self._next(err, safe, index, hops):
+                    hops += 1
+                    continue
+                rounds, hops = rounds + 1, 0
+                if not should_retry(err, rounds, plan):
                     raise err from exc
             self.retries += 1
-            delay = plan.delay(attempt - 1)
+            delay = plan.delay(rounds - 1)
             log.debug("%s unavailable (attempt %d); retrying in %.3fs", method, attempt, delay)
             await asyncio.sleep(delay)
 
@@ -197,18 +275,25 @@ class UnaryCaller:
         timeout: float | None = None,
     ) -> RES:
         """Blocking call of a generated sync client method."""
-        plan, attempt = self._plan(method, request), 0
+        safe = safe_to_repeat(method, request)
+        plan = self.config.retry if safe else NO_RETRY
         timeout_ms = self.config.timeout_ms(timeout)
+        attempt = rounds = hops = 0
         while True:
             attempt += 1
             self.calls += 1
+            target, index = _target(fn)
             try:
-                return fn(request, headers=self.headers, timeout_ms=timeout_ms)
+                return target(request, headers=self.headers, timeout_ms=timeout_ms)
             except Exception as exc:
                 err = _with_attempts(translate(exc), attempt)
-                if not should_retry(err, attempt, plan):
+                if self._next(err, safe, index, hops):
+                    hops += 1
+                    continue
+                rounds, hops = rounds + 1, 0
+                if not should_retry(err, rounds, plan):
                     raise err from exc
             self.retries += 1
-            delay = plan.delay(attempt - 1)
+            delay = plan.delay(rounds - 1)
             log.debug("%s unavailable (attempt %d); retrying in %.3fs", method, attempt, delay)
             time.sleep(delay)

@@ -1,13 +1,18 @@
-"""Reconnect policy and fatal/transient classification of a session's end (protocol §4, §5.9)."""
+"""Reconnect policy and fatal/transient classification of a session's end (protocol §4, §5.9).
+
+With several server addresses (a cluster's nodes) the worker moves to the next address at
+once when a session ends or a connect fails, and §5.9's backoff is drawn only after a full
+round of addresses failed: one dead node costs no waiting while another node is up.
+"""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from conveyor_sdk.errors import Code, ConveyorError
+from conveyor_sdk.errors import Code, ConveyorError, InvalidArgument
 
-__all__ = ["Backoff", "is_fatal"]
+__all__ = ["Backoff", "SettingError", "is_fatal", "parse_addresses"]
 
 _FATAL = frozenset({Code.UNAUTHENTICATED, Code.PERMISSION_DENIED, Code.INVALID_ARGUMENT})
 
@@ -27,11 +32,57 @@ def is_fatal(error: ConveyorError | None) -> bool:
     return error.code in _FATAL
 
 
-class Backoff:
-    """Full-jitter exponential backoff: delay(n) = uniform[0, min(cap, base * 2**n)).
+class SettingError(InvalidArgument, ValueError):
+    """A connection setting that cannot be used: a bad server address list or reconnect delay."""
 
-    ``failures`` counts attempts since the last established session; :meth:`reset`
-    (called when a Welcome arrives) puts it back to 0. The RNG is injected.
+    def __str__(self) -> str:
+        return self.message
+
+
+def parse_addresses(value: str | Sequence[str], *, what: str = "server address") -> tuple[str, ...]:
+    """One or more server URLs: a comma-separated string or a sequence of strings.
+
+    Every entry must start with ``http://`` or ``https://``; a trailing ``/`` is dropped.
+    Raises :class:`SettingError` (an ``InvalidArgument`` and a ``ValueError``) naming the entry.
+    """
+    if isinstance(value, str):
+        entries = [part.strip() for part in value.split(",")]
+    elif isinstance(value, Sequence):
+        entries = list(value)
+    else:
+        raise SettingError(f"{what} must be a URL string or a list of them, got {type(value).__name__}")
+    if not entries or entries == [""]:
+        raise SettingError(f"{what} is empty: give http://host:port or a comma-separated list")
+    out: list[str] = []
+    for i, raw in enumerate(entries, 1):
+        if not isinstance(raw, str):
+            raise SettingError(f"{what} #{i} must be a string, got {type(raw).__name__}")
+        entry = raw.strip()
+        if not entry:
+            raise SettingError(f"{what} #{i} of {value!r} is empty")
+        if not entry.startswith(("http://", "https://")) or entry in ("http://", "https://"):
+            raise SettingError(f"{what} must start with http:// or https://, got {entry!r}")
+        out.append(entry.rstrip("/"))
+    return tuple(out)
+
+
+def _check_delays(base: float, cap: float) -> None:
+    for name, v in (("reconnect base", base), ("reconnect max", cap)):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 or v == float("inf"):
+            raise SettingError(f"{name} must be a positive number of seconds, got {v!r}")
+    if cap < base:
+        raise SettingError(f"reconnect max ({cap:g}s) must not be below reconnect base ({base:g}s)")
+
+
+class Backoff:
+    """Full-jitter exponential backoff: delay(n) = uniform[0, min(cap, base * 2**n)), per round.
+
+    ``addresses`` are the servers to rotate through (:attr:`address` is the one to connect to
+    next). Each :meth:`next_delay` moves to the next address; it returns 0 until a full round
+    of addresses has failed, then the jittered delay for ``rounds`` completed rounds. With one
+    address every attempt is a round: plain §5.9. ``failures`` counts failed attempts since
+    the last established session; :meth:`reset` (called when a Welcome arrives) puts the
+    counters back to 0 and keeps the address that answered. The RNG is injected.
     """
 
     def __init__(
@@ -40,24 +91,46 @@ class Backoff:
         base: float = 0.5,
         cap: float = 30.0,
         rng: Callable[[], float] | None = None,
+        addresses: Sequence[str] = ("",),
     ) -> None:
+        _check_delays(base, cap)
+        if not addresses:
+            raise SettingError("at least one server address is needed")
         self.base = base
         self.cap = cap
         self._rng = rng or random.Random().random
+        self.addresses = tuple(addresses)
+        self.index = 0  # the address to connect to next
         self.failures = 0
+        self.rounds = 0  # full rounds of addresses failed since the last Welcome
+        self._tried = 0  # addresses tried in the current round
+
+    @property
+    def address(self) -> str:
+        """The address the next connect goes to."""
+        return self.addresses[self.index]
 
     def ceiling(self, attempt: int) -> float:
         """Upper bound (exclusive) of the delay before 0-based attempt ``attempt``."""
         return float(min(self.cap, self.base * 2.0 ** min(attempt, 64)))
 
     def next_delay(self) -> float:
-        """Delay before the next attempt; advances the failure counter."""
-        delay = self._rng() * self.ceiling(self.failures)
+        """Delay before the next attempt (0 within a round); moves to the next address."""
         self.failures += 1
+        self.index = (self.index + 1) % len(self.addresses)
+        self._tried += 1
+        if self._tried < len(self.addresses):
+            return 0.0
+        self._tried = 0
+        delay = self._rng() * self.ceiling(self.rounds)
+        self.rounds += 1
         return delay
 
     def reset(self) -> None:
-        self.failures = 0
+        self.failures = self.rounds = self._tried = 0
 
     def __repr__(self) -> str:
-        return f"<Backoff base={self.base} cap={self.cap} failures={self.failures}>"
+        return (
+            f"<Backoff base={self.base} cap={self.cap} failures={self.failures}"
+            f" address={self.index + 1}/{len(self.addresses)}>"
+        )

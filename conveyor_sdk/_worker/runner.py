@@ -12,11 +12,11 @@ import logging
 import random
 import signal as _signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor
-from conveyor_sdk._protocol.backoff import Backoff
+from conveyor_sdk._protocol.backoff import Backoff, parse_addresses
 from conveyor_sdk._protocol.hello import SessionConfig
 from conveyor_sdk._protocol.session import WorkerSession
 from conveyor_sdk._transport import TLSOptions, TransportOptions, eventloop, open_session
@@ -36,7 +36,10 @@ class Worker:
     """A Conveyor worker: one session stream, local concurrency gate, drain on stop.
 
     Args:
-        server: ``http://host:port`` (h2c) or ``https://...`` (TLS).
+        server: ``http://host:port`` (h2c) or ``https://...`` (TLS); several addresses (a
+            cluster's nodes) as a list or a comma-separated string. A session that ends, or
+            a connect that fails, moves on to the next address at once; the reconnect
+            backoff is drawn only after a whole round of addresses failed.
         queues: queue -> weight (or an iterable of names, weight 1).
         concurrency: most jobs executing at once (a batch counts once).
         token: bearer token. protocol: ``"grpc"`` or ``"connect"``. tls: TLS options.
@@ -53,11 +56,12 @@ class Worker:
             See :mod:`conveyor_sdk.encryption` for the failures and which are retried.
         task_log: one INFO line per finished task (id, type, duration, retried n/max); turn
             it off for very high task rates. Failed attempts are logged either way.
+        reconnect_base / reconnect_max: §5.9 backoff base and cap in seconds (0.5 and 30).
     """
 
     def __init__(
         self,
-        server: str,
+        server: str | Sequence[str],
         *,
         queues: Mapping[str, int] | list[str] | tuple[str, ...] = ("default",),
         concurrency: int = 10,
@@ -75,6 +79,8 @@ class Worker:
         close_timeout: float = 10.0,
         encryption: Encryptor | None = None,
         task_log: bool = True,
+        reconnect_base: float = 0.5,
+        reconnect_max: float = 30.0,
     ) -> None:
         # Validate now: a bad queue/weight/concurrency never reaches the network.
         self._config = SessionConfig.build(
@@ -86,7 +92,9 @@ class Worker:
         )
         if protocol not in ("grpc", "connect"):
             raise ValueError(f"protocol must be 'grpc' or 'connect', not {protocol!r}")
-        self.server = server
+        self.servers = parse_addresses(server)
+        self._backoff_args = (reconnect_base, reconnect_max)
+        Backoff(base=reconnect_base, cap=reconnect_max)  # validates both now, not at run()
         self.concurrency = concurrency
         self.grace = grace
         self.token = token
@@ -106,6 +114,20 @@ class Worker:
         self._pending_stops = 0
         self._last_counters: dict[str, int] = {}
         self._lock = threading.Lock()
+
+    @property
+    def server(self) -> str:
+        """The address the session is on (or connects to next)."""
+        machine = self._machine
+        return machine.backoff.address if machine is not None else self.servers[0]
+
+    @property
+    def reconnect_base(self) -> float:
+        return self._backoff_args[0]
+
+    @property
+    def reconnect_max(self) -> float:
+        return self._backoff_args[1]
 
     @property
     def queues(self) -> Mapping[str, int]:
@@ -136,7 +158,11 @@ class Worker:
     def statistics(self) -> dict[str, Any]:
         """Snapshot: session machine counters plus worker-level counters."""
         machine, driver = self._machine, self._driver
-        stats: dict[str, Any] = {"server": self.server, "active": self._driver is not None}
+        stats: dict[str, Any] = {
+            "server": self.server,
+            "servers": list(self.servers),
+            "active": self._driver is not None,
+        }
         if machine is not None:
             stats.update(dataclasses.asdict(machine.statistics()))
         stats.update(driver.counters if driver is not None else self._last_counters)
@@ -170,7 +196,9 @@ class Worker:
         )
         machine = WorkerSession(
             config,
-            backoff=Backoff(rng=self._rng),
+            backoff=Backoff(
+                base=self.reconnect_base, cap=self.reconnect_max, rng=self._rng, addresses=self.servers
+            ),
             progress_interval=self.progress_interval,
             close_timeout=self.close_timeout,
         )

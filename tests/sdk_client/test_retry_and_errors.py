@@ -130,18 +130,17 @@ def test_safe_calls_are_retried_through_a_flapping_server() -> None:
 
 
 def test_unsafe_calls_are_not_retried() -> None:
-    """Enqueue without task_id and EnqueueBatch fail on the first unavailable."""
+    """EnqueueBatch fails on the first unavailable; Enqueue without task_id gets an id and is retried."""
 
     async def main() -> None:
         service = AsyncFlaky(failures=1)
         async with _client(service) as client:
             with pytest.raises(Unavailable, match="flap 1") as info:
-                await client.enqueue("t", None)
-            assert info.value.retryable and info.value.code is Code.UNAVAILABLE
-            service.failures = 2
-            with pytest.raises(Unavailable):
                 await client.enqueue_batch([task("t", None, task_id="x")])
-            assert service.calls == ["Enqueue", "EnqueueBatch"]
+            assert info.value.retryable and info.value.code is Code.UNAVAILABLE
+            service.failures = 3  # counts every call so far: the batch, then two Enqueue attempts
+            info2 = await client.enqueue("t", None)
+            assert len(info2.id) == 26 and service.calls == ["EnqueueBatch"] + ["Enqueue"] * 3
 
     asyncio.run(main())
 
@@ -218,10 +217,14 @@ def test_sync_client_retries_too() -> None:
         assert client.get_task("abc").id == "abc"
         assert service.calls == ["GetTask"] * 3
         service.calls.clear()
-        service.failures = 4
+        service.failures = 2
+        assert len(client.enqueue("t", None).id) == 26  # a client-assigned id: safe to retry
+        assert service.calls == ["Enqueue"] * 3
+        service.calls.clear()
+        service.failures = 100
         with pytest.raises(Unavailable):
-            client.enqueue("t", None)
-        assert service.calls == ["Enqueue"]
+            client.enqueue_batch([task("t", None)])
+        assert service.calls == ["EnqueueBatch"]
 
 
 def test_translate_maps_foreign_exceptions() -> None:

@@ -1,0 +1,98 @@
+"""Several server addresses: the worker moves to the next one at once, backoff per full round."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+
+from conveyor_sdk._protocol.backoff import Backoff, SettingError, parse_addresses
+from conveyor_sdk.client import Client
+from conveyor_sdk.types import TaskState
+from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
+from conveyor_server_min.testing import ServerProcess
+from tests.conftest import FAST_ARGS
+from tests.sdk_worker._helpers import KEEP, running, wait_state
+
+
+def dead_url() -> str:
+    """A loopback URL nobody listens on (a port the OS gave us, then released): connect is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_backoff_waits_only_after_a_full_round() -> None:
+    """With three addresses two failures cost 0 s; the third draws §5.9's delay; Welcome resets."""
+    b = Backoff(rng=lambda: 0.999999, addresses=("a", "b", "c"))
+    assert [b.address, b.next_delay(), b.address, b.next_delay(), b.address] == ["a", 0.0, "b", 0.0, "c"]
+    assert round(b.next_delay(), 2) == 0.5 and b.address == "a"
+    assert [b.next_delay(), b.next_delay(), round(b.next_delay(), 2)] == [0.0, 0.0, 1.0]
+    b.reset()
+    assert b.failures == 0 and b.next_delay() == 0.0 and b.address == "b"  # moves on, no wait
+    single = Backoff(rng=lambda: 0.999999)
+    assert [round(single.next_delay(), 2) for _ in range(3)] == [0.5, 1.0, 2.0]  # one address: as before
+
+
+def test_addresses_are_validated_with_a_typed_error() -> None:
+    """Comma strings and lists parse; an empty entry or a non-URL names the entry."""
+    assert parse_addresses("http://a:1, http://b:2/") == ("http://a:1", "http://b:2")
+    assert parse_addresses(["http://a:1"]) == ("http://a:1",)
+    for bad, match in [("", "empty"), ("http://a:1,,http://b:2", "#2"), ("a:1", "http://"), ([], "empty")]:
+        with pytest.raises(SettingError, match=match):
+            parse_addresses(bad)
+    with pytest.raises(ValueError, match="reconnect max"):
+        Worker("http://a:1", reconnect_base=2.0, reconnect_max=1.0)
+    with pytest.raises(ValueError, match="reconnect base"):
+        Worker("http://a:1", reconnect_base=0)
+    with pytest.raises(ValueError, match="#2"):
+        Worker("http://a:1,")
+
+
+def _registry(done: list[float]) -> Registry:
+    reg = Registry()
+
+    @reg.handler("t")
+    async def t(task: TaskData, ctx: TaskContext) -> None:
+        done.append(time.monotonic())
+
+    return reg
+
+
+def test_worker_skips_a_dead_address_at_once(server_url: str) -> None:
+    """Given [dead, live], the worker runs a task well within the first backoff step."""
+    done: list[float] = []
+
+    async def main() -> None:
+        worker = Worker([dead_url(), server_url], reconnect_base=5.0, reconnect_max=5.0)
+        async with Client(server_url) as client, running(worker, _registry(done)):
+            t0 = time.monotonic()
+            info = await client.enqueue("t", b"", **KEEP)
+            await wait_state(client, info.id, TaskState.COMPLETED, timeout=4.0)
+            assert time.monotonic() - t0 < 4.0 and worker.server == server_url  # no 5 s wait drawn
+            assert worker.statistics()["servers"][1] == server_url
+
+    asyncio.run(main())
+
+
+def test_worker_moves_to_the_other_server_when_its_server_stops() -> None:
+    """Its server is killed: the worker runs the next task on the other well under 2 s later."""
+    done: list[float] = []
+    with ServerProcess(FAST_ARGS) as a, ServerProcess(FAST_ARGS) as b:
+
+        async def main() -> None:
+            # A large backoff base: only moving on at once (not a backoff draw) can meet the bound.
+            worker = Worker([a.url, b.url], reconnect_base=10.0, reconnect_max=10.0)
+            async with Client(a.url) as ca, Client(b.url) as cb, running(worker, _registry(done)):
+                await wait_state(ca, (await ca.enqueue("t", b"", **KEEP)).id, TaskState.COMPLETED)
+                first = await cb.enqueue("t", b"", **KEEP)  # waits on b: nobody is connected there
+                killed = time.monotonic()
+                a.kill()
+                await wait_state(cb, first.id, TaskState.COMPLETED, timeout=8.0)
+                gap = done[-1] - killed
+                assert gap < 2.0, f"idle {gap:.2f}s after the kill"
+                assert worker.server == b.url and worker.statistics()["reconnects"] >= 1
+
+        asyncio.run(main())
