@@ -173,3 +173,4 @@ class SessionStatistics:
     progress_sent: int = 0
     dropped_on_disconnect: int = 0
     reconnect_failures: int = 0
+    held_before_welcome: int = 0  # frames read before a Welcome and handled after it

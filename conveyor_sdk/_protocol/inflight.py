@@ -3,15 +3,15 @@
 A *delivery* is what one server frame handed us: a single task (``Dispatch``) or a
 batch (``BatchDispatch``). It becomes one *job* that occupies one local concurrency
 slot while it runs. Deliveries that cannot start yet (slots full, the executor said
-no, or the worker is draining) are *parked*: listed in every Heartbeat, started later
-in queue-weight order (smooth weighted round-robin across queues).
+no, the queue's quota said wait, or the worker is draining) are *parked*: listed in every
+Heartbeat, started later in the order the quota rule (``quota.py``) gives.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
@@ -110,20 +110,17 @@ class JobRecord:
 
 
 class ParkingLot:
-    """Per-queue FIFOs of parked job ids, drained by smooth weighted round-robin."""
+    """Per-queue FIFOs of parked job ids; which queue's head starts next is the quota's choice."""
 
-    def __init__(self, weights: Mapping[str, int]) -> None:
-        self._weights = dict(weights)
-        self._queues: dict[str, deque[str]] = {q: deque() for q in weights}
-        self._current: dict[str, int] = dict.fromkeys(weights, 0)
+    def __init__(self, queues: Iterable[str]) -> None:
+        self._queues: dict[str, deque[str]] = {q: deque() for q in queues}
         self.size = 0  # parked ids (an attribute: read for every Dispatch)
 
     def park(self, queue: str, job_id: str) -> None:
-        if queue not in self._queues:  # a queue we did not declare: serve it with weight 1
-            self._weights[queue] = 1
-            self._queues[queue] = deque()
-            self._current[queue] = 0
-        self._queues[queue].append(job_id)
+        dq = self._queues.get(queue)
+        if dq is None:  # a queue we did not declare (the quota serves it with weight 1)
+            dq = self._queues[queue] = deque()
+        dq.append(job_id)
         self.size += 1
 
     def remove(self, queue: str, job_id: str) -> None:
@@ -132,19 +129,20 @@ class ParkingLot:
             dq.remove(job_id)
             self.size -= 1
 
-    def pick(self, eligible: Callable[[str], bool]) -> str | None:
-        """Pop the next job id by SWRR over queues whose head job is eligible; None if none."""
-        candidates = [q for q, dq in self._queues.items() if dq and eligible(dq[0])]
-        if not candidates:
+    def waiting(self) -> list[str]:
+        """Queues with parked job ids."""
+        return [q for q, dq in self._queues.items() if dq]
+
+    def pick(self, eligible: Callable[[str], bool], choose: Callable[[list[str]], str | None]) -> str | None:
+        """Pop the head of the queue ``choose`` takes among those whose head is eligible; None if none."""
+        ready = [q for q, dq in self._queues.items() if dq and eligible(dq[0])]
+        if not ready:
             return None
-        total = 0
-        for q in candidates:
-            self._current[q] += self._weights[q]
-            total += self._weights[q]
-        best = max(candidates, key=lambda q: self._current[q])  # first declared wins ties
-        self._current[best] -= total
+        queue = choose(ready)
+        if queue is None:
+            return None
         self.size -= 1
-        return self._queues[best].popleft()
+        return self._queues[queue].popleft()
 
     def ids(self) -> list[str]:
         return [jid for dq in self._queues.values() for jid in dq]

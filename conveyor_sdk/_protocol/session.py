@@ -4,15 +4,24 @@ Rules this machine enforces (the caller does all I/O and timing):
 
 * Hello is the first frame of every stream; it is built from a :class:`SessionConfig`
   that was validated before any connection.
-* The first server frame must be Welcome; anything else is a violation by the server
-  (transient: we reconnect). Heartbeat cadence comes from ``Welcome.heartbeat_interval``.
+* Welcome establishes the session; nothing is sent before it but the Hello (protocol §5.3).
+  Heartbeat cadence comes from ``Welcome.heartbeat_interval``.
+* Frames that arrive before the Welcome (Dispatch, BatchDispatch, Cancel, Ping) are *held* and
+  handled in arrival order once it arrives: upstream registers the session with its queues
+  before it writes the Welcome, so on a backlogged queue a Dispatch can come first, and aborting
+  then costs a reconnect and can strand the leased task until its lease expires. The hold is
+  bounded by ``max_held`` = 2 x concurrency x declared queues + 16: what a server that grants
+  ``concurrency`` credits per queue could send before its Welcome (each delivery and a Cancel
+  for it), plus a few Pings. One frame more is a flood: the stream is aborted as a peer
+  violation (transient: we reconnect). The Welcome timeout runs on regardless.
 * Every delivery (Dispatch or BatchDispatch) is a job that gets exactly one answer:
   one Result, or one BatchResult holding one Result per member. A second result for a
   job is refused (:class:`ProtocolError`). Jobs of a dead stream are dropped: the server
   released them, so their outcomes are discarded and their executions cancelled.
 * At most ``concurrency`` jobs run at once (a batch is one job), whatever the server
-  sends (upstream grants ``concurrency`` credits per queue). Extra deliveries are parked,
-  heartbeated, and started in smooth weighted round-robin order across queues.
+  sends (upstream grants ``concurrency`` credits per queue). Every start follows the quota
+  rule of ``quota.py`` (weighted quotas, lending of idle slots); other deliveries are parked,
+  heartbeated, and started when the rule lets them.
 * Every Heartbeat lists every in-flight id of the live stream: running, parked, batch
   members. Our own heartbeats move the lease part of each job's deadline; the task-owned
   bounds (``TaskOptions.deadline``, start + ``timeout``) do not move. ``Dispatch.deadline``
@@ -64,6 +73,7 @@ from conveyor_sdk._protocol.inflight import (
     delivery_from_envelopes,
 )
 from conveyor_sdk._protocol.progress import ProgressCoalescer
+from conveyor_sdk._protocol.quota import DEFAULT_HOLD, Quota
 from conveyor_sdk._protocol.types import CancelReason, OutcomeKind
 from conveyor_sdk.errors import ConveyorError, ProtocolError, Unavailable
 
@@ -122,6 +132,7 @@ class WorkerSession:
         progress_interval: float = 1.0,
         welcome_timeout: float = 30.0,
         close_timeout: float = 10.0,
+        quota_hold: float = DEFAULT_HOLD,
     ) -> None:
         self.config = config
         self.backoff = backoff or Backoff()
@@ -140,6 +151,13 @@ class WorkerSession:
         self._jobs: dict[str, JobRecord] = {}
         self._task_index: dict[str, str] = {}  # task id -> job id (live stream only)
         self._lot = ParkingLot(config.queues)
+        self._quota = Quota(config.queues, config.concurrency, hold=quota_hold)
+        self._held: list[pb.ServerMessage] = []  # frames read before the Welcome, in order
+        self._replaying = False  # handling the held frames: deliveries park, one fill at the end
+        # This stream held more deliveries than concurrency: its server grants credits per
+        # queue (upstream), so a finished job's queue is expected to refill (see quota.py).
+        self._over_delivers = False
+        self.max_held = 2 * config.concurrency * len(config.queues) + 16
         self._running = 0
         self._phase_deadline: float | None = None  # Welcome wait, or end-of-stream wait after CloseSend
         self._next_heartbeat: float | None = None
@@ -196,6 +214,7 @@ class WorkerSession:
             progress_sent=self._progress.sent,
             dropped_on_disconnect=c["dropped"],
             reconnect_failures=self.backoff.failures,
+            held_before_welcome=c["held"],
         )
 
     def __repr__(self) -> str:
@@ -222,6 +241,10 @@ class WorkerSession:
         progress_due = self._progress.next_deadline()
         if progress_due is not None:
             cands.append(progress_due)
+        if self._lot.size and self._running < self.config.concurrency and not self.draining:
+            lapse = self._quota.next_lapse()  # a slot held back for an expected queue may be lent then
+            if lapse is not None:
+                cands.append(lapse)
         if self.draining and self._grace_deadline is not None and uncancelled:
             cands.append(self._grace_deadline)
         return min(cands) if cands else None
@@ -235,6 +258,8 @@ class WorkerSession:
         self.epoch += 1
         self._counts["connections"] += 1
         self._phase_deadline = now + self.welcome_timeout
+        self._held.clear()
+        self._over_delivers = False
         return [Send(self.config.hello())]
 
     def connection_lost(self, error: ConveyorError | None, now: float) -> list[Action]:
@@ -244,6 +269,7 @@ class WorkerSession:
         for rec in self._live_records():
             actions.extend(self._orphan(rec))
         self._lot.clear()
+        self._held.clear()
         self._task_index.clear()
         self._progress.clear()
         self._next_heartbeat = self._phase_deadline = None
@@ -283,10 +309,16 @@ class WorkerSession:
         return handler(self, msg, now, can_start)
 
     def _on_early_frame(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
-        err = ProtocolError(
-            f"server sent {msg.WhichOneof('frame')} before Welcome", details={"peer_violation": True}
-        )
-        return [Abort(err)]
+        """Hold a frame read before the Welcome; it is handled once the Welcome arrives."""
+        if len(self._held) >= self.max_held:
+            err = ProtocolError(
+                f"server sent more than {self.max_held} frames before its Welcome",
+                details={"peer_violation": True},
+            )
+            return [Abort(err)]
+        self._held.append(msg)
+        self._counts["held"] += 1
+        return []
 
     def _on_welcome(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
         w = msg.welcome
@@ -302,7 +334,28 @@ class WorkerSession:
         self._phase_deadline = None
         self._last_heartbeat = now
         self._next_heartbeat = now + self.heartbeat_interval
-        return self._maybe_close(now)
+        self._quota.opened(now)
+        return self._replay_held(now, can_start) + self._maybe_close(now)
+
+    def _replay_held(self, now: float, can_start: CanStart) -> list[Action]:
+        """Handle the frames held before the Welcome, in order; then start what the quota allows.
+
+        Their deliveries are parked first and started by one fill, so the quota sees all of
+        them (a Cancel among them answers its parked delivery without starting it).
+        """
+        if not self._held:
+            return []
+        held, self._held = self._held, []
+        actions: list[Action] = []
+        self._replaying = True
+        try:
+            for msg in held:
+                handler = _FRAME_TABLE.get((Phase.OPEN, msg.WhichOneof("frame") or ""))
+                if handler is not None:
+                    actions += handler(self, msg, now, can_start)
+        finally:
+            self._replaying = False
+        return actions + self._fill(now, can_start)
 
     def _on_duplicate_welcome(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
         return [Notice("ignored a second Welcome")]
@@ -341,15 +394,26 @@ class WorkerSession:
         self._jobs[delivery.job_id] = rec = JobRecord(delivery, self.epoch)
         for task in delivery.tasks:
             self._task_index[task.id] = delivery.job_id
+        queue, quota = delivery.queue, self._quota
+        if queue not in quota.weights:
+            quota.add(queue)
+        if self._replaying:  # a held frame: _replay_held fills once all of them are parked
+            self._lot.park(queue, delivery.job_id)
+            self._over_delivers = self._over_delivers or self._lot.size > self.config.concurrency
+            return []
+        free = self.config.concurrency - self._running
         if (  # nothing waits, a slot is free: start it without the parking lot (the common case)
             not self._lot.size
-            and self._running < self.config.concurrency
+            and free > 0
             and not self.draining
             and self.phase is _OPEN
+            and (quota.below(queue) or quota.admits(queue, free, (), now, False))
             and can_start(delivery)
         ):
             return self._start(rec, now)
-        self._lot.park(delivery.queue, delivery.job_id)
+        self._lot.park(queue, delivery.job_id)
+        if self._running + self._lot.size > self.config.concurrency:
+            self._over_delivers = True
         return self._fill(now, can_start)
 
     def _on_cancel(self, msg: pb.ServerMessage, now: float, can_start: CanStart) -> list[Action]:
@@ -374,6 +438,7 @@ class WorkerSession:
             raise ProtocolError(f"job {job_id!r} is not running: its result was already reported or dropped")
         del self._jobs[job_id]
         self._running -= 1
+        self._quota.ended(rec.delivery.queue, now)
         actions: list[Action] = []
         if not rec.orphaned:
             padded = [*outcomes[: len(rec.delivery.tasks)]]
@@ -467,10 +532,17 @@ class WorkerSession:
 
     def _fill(self, now: float, can_start: CanStart) -> list[Action]:
         actions: list[Action] = []
-        if self.draining or self.phase is not Phase.OPEN:
+        if self.draining or self.phase is not Phase.OPEN or not self._lot.size:
             return actions
-        while self._running < self.config.concurrency:
-            job_id = self._lot.pick(lambda jid: can_start(self._jobs[jid].delivery))
+        quota, concurrency = self._quota, self.config.concurrency
+        quota.prune(now)
+
+        def choose(ready: list[str]) -> str | None:
+            free = concurrency - self._running
+            return quota.choose(ready, self._lot.waiting(), free, now, self._over_delivers)
+
+        while self._running < concurrency:
+            job_id = self._lot.pick(lambda jid: can_start(self._jobs[jid].delivery), choose)
             if job_id is None:
                 break
             actions += self._start(self._jobs[job_id], now)
@@ -486,6 +558,7 @@ class WorkerSession:
             deadline = now + d.timeout
         rec.state, rec.started_at, rec.deadline = _RUNNING, now, deadline
         self._running += 1
+        self._quota.started(d.queue)
         return [Start(d, deadline)]
 
     def _maybe_close(self, now: float) -> list[Action]:
@@ -518,9 +591,8 @@ _Handler = Callable[[WorkerSession, pb.ServerMessage, float, CanStart], list[Act
 _FRAME_TABLE: dict[tuple[Phase, str], _Handler] = {
     **{
         (Phase.AWAITING_WELCOME, k): WorkerSession._on_early_frame
-        for k in ("dispatch", "cancel", "batch_dispatch")
+        for k in ("dispatch", "cancel", "batch_dispatch", "ping")
     },
-    (Phase.AWAITING_WELCOME, "ping"): WorkerSession._on_ping,
     (Phase.AWAITING_WELCOME, "welcome"): WorkerSession._on_welcome,
     (Phase.OPEN, "welcome"): WorkerSession._on_duplicate_welcome,
     (Phase.OPEN, "dispatch"): WorkerSession._on_dispatch,

@@ -7,8 +7,9 @@ Contract (on top of conveyor_sdk._worker.executor):
   ``Ready``. During start-up a child that cannot import the app stops the
   runtime (:class:`RuntimeFailure`), never a respawn storm; afterwards it is
   logged and replaced with backoff (see ``fleet.py``).
-* ``can_start`` asks the job's pool for a free slot that the weighted
-  :class:`SlotBook` allows; ``run`` sends the job to the least-loaded child.
+* ``can_start`` says whether the job's pool has a free child slot (which queue gets it
+  is the pool session's quota rule, ``conveyor_sdk._protocol.quota``); ``run`` sends the
+  job to the least-loaded child.
 * ``cancel`` forwards the reason; a job still running ``kill_grace`` seconds
   later gets its child's process group SIGKILLed: that job's outcome is
   ``RETRY`` ("deadline exceeded" / "canceled by server", ``cancelled=True``),
@@ -94,10 +95,7 @@ class ProcessExecutor(Fleet):
         pool = self._pool_for(job)
         if self._closing or pool is None or pool.closing:
             return False
-        if pool.book.allows(job.queue, pool.free(), time.monotonic()):
-            return True
-        pool.book.refused(job.queue, job.job_id, time.monotonic())
-        return False
+        return pool.free() > 0
 
     def run(self, job: Job, control: JobControl) -> Awaitable[list[Outcome]]:
         """Send the job to the least-loaded child of its pool; the result resolves to its outcomes.
@@ -150,7 +148,6 @@ class ProcessExecutor(Fleet):
         running.started_wall = time.time()
         self.running[job.job_id] = running
         child.jobs[job.job_id] = running
-        pool.book.acquire(job.queue, job.job_id)
         self.observer.job_started(job, child)
         # Runs before the awaiting task resumes (callbacks keep their order), also on cancel.
         running.future.add_done_callback(lambda _: self._forget(running, pool))
@@ -162,7 +159,6 @@ class ProcessExecutor(Fleet):
         running.child.jobs.pop(job.job_id, None)
         if running.kill_timer is not None:
             running.kill_timer.cancel()
-        pool.book.release(job.queue)
         self._maybe_recycle(running.child)
         self._wakeup(pool.spec.name)
 
@@ -172,8 +168,6 @@ class ProcessExecutor(Fleet):
             self.waiting[job_id] = self.waiting[job_id] or reason
             return
         if running is None:
-            for pool in self.pools.values():
-                pool.book.forget(job_id)
             return
         if running.cancel_reason is None:
             running.cancel_reason = reason

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from conveyor_sdk._protocol.types import CancelReason
 from conveyor_sdk._runtime import pipe
 from conveyor_sdk._runtime.observe import NullObserver, Observer
-from conveyor_sdk._runtime.pools import PoolSpec, SlotBook
+from conveyor_sdk._runtime.pools import PoolSpec
 from conveyor_sdk._runtime.proc import ChildArgs, ChildProc, ChildState, RunningJob, describe_exit
 from conveyor_sdk._runtime.reload import discard_snapshot, take_snapshot
 
@@ -53,7 +53,7 @@ class ExecutorOptions:
 
 
 class Pool:
-    """One pool's children and its weighted slot book.
+    """One pool's children (its session's machine shares their slots among its queues by weight).
 
     ``capacity`` (processes x slots per child) is the concurrency its session declares.
     """
@@ -63,7 +63,6 @@ class Pool:
         self.capacity = spec.processes * capacity
         self.weights = {q: weights.get(q, 1) for q in spec.queues}
         self.children: list[ChildProc] = []
-        self.book = SlotBook(self.weights, self.capacity)
         self.start_failures = 0
         self.crashes: list[float] = []
         self.closing = False  # its session drained: start nothing more here
@@ -388,7 +387,6 @@ class Fleet:
             ],
             "running": len(self.running),
             "restarts": self.restarts,
-            "waiting": {name: pool.book.waiting() for name, pool in self.pools.items()},
         }
 
     # -- hooks the job side implements ------------------------------------------------

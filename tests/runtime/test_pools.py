@@ -1,4 +1,4 @@
-"""Pool planning, weight apportionment and weighted slot admission with lending."""
+"""Pool planning and weight apportionment (the quota rule itself: tests/sdk_protocol/test_quota.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conveyor_sdk._runtime.pools import PoolSpec, SlotBook, apportion, parse_pool, parse_queue, plan_pools
+from conveyor_sdk._runtime.pools import PoolSpec, apportion, parse_pool, parse_queue, plan_pools
 
 
 def test_parse_queue_accepts_name_and_weight() -> None:
@@ -52,52 +52,3 @@ def test_apportion_is_exact_and_proportional(total: int, weights: dict[str, int]
     wsum = sum(weights.values())
     for key, weight in weights.items():
         assert abs(shares[key] - total * weight / wsum) < 1
-
-
-def test_queue_under_quota_always_admitted() -> None:
-    """critical=6 default=3 low=1 over 10 slots: quotas 6/3/1 and each may fill its own."""
-    book = SlotBook({"critical": 6, "default": 3, "low": 1}, 10)
-    assert book.quota == {"critical": 6, "default": 3, "low": 1}
-    for _ in range(3):
-        assert book.allows("default", 10, 0.0)
-        book.acquire("default", "j")
-    assert book.used["default"] == 3
-
-
-def test_idle_slots_are_lent_when_nobody_waits() -> None:
-    """A queue over its quota may borrow when the others have no waiting work."""
-    book = SlotBook({"a": 1, "b": 1}, 4)
-    for i in range(4):
-        assert book.allows("a", 4 - i, 0.0)
-        book.acquire("a", f"a{i}")
-    assert book.used["a"] == 4
-
-
-def test_borrowing_leaves_room_for_waiting_queues() -> None:
-    """Once b has waiting work, a may not take the slots b is owed."""
-    book = SlotBook({"a": 1, "b": 1}, 4)
-    book.acquire("a", "a0")
-    book.acquire("a", "a1")
-    book.refused("b", "b0", 0.0)
-    assert not book.allows("a", 2, 1.0)  # 2 free, b owed 2
-    assert book.allows("b", 2, 1.0)
-    book.acquire("b", "b0")
-    assert book.waiting() == {}
-
-
-def test_stale_demand_expires() -> None:
-    """A waiting mark older than demand_ttl no longer reserves slots."""
-    book = SlotBook({"a": 1, "b": 1}, 2, demand_ttl=5.0)
-    book.acquire("a", "a0")
-    book.refused("b", "b0", 0.0)
-    assert not book.allows("a", 1, 1.0)
-    assert book.allows("a", 1, 10.0)
-
-
-def test_forget_drops_a_parked_job() -> None:
-    """A parked job cancelled before starting stops reserving slots."""
-    book = SlotBook({"a": 1, "b": 1}, 2)
-    book.acquire("a", "a0")
-    book.refused("b", "b0", 0.0)
-    book.forget("b0")
-    assert book.allows("a", 1, 0.0)

@@ -76,7 +76,7 @@ async def _true(value: bool) -> bool:
 def test_live_view_shows_parked_deliveries_in_flight(
     write_app: Callable[[str, str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """4 deliveries on 2 slots (upstream style): the view says a 2 running, b 2 parked, 4 in flight."""
+    """4 deliveries on 2 slots (upstream style), a=1 b=1: each queue 1 running, 1 parked (its quota)."""
     folder = write_app("parkapp", APP)
     monkeypatch.chdir(folder)
 
@@ -96,16 +96,16 @@ def test_live_view_shows_parked_deliveries_in_flight(
                 ids = ["a1", "a2", "b1", "b2"]
                 for tid in ids:
                     await sess.send(_dispatch(tid, tid[0]))
-                await eventually(lambda: _true(sup.in_flight() == {"a": (2, 0), "b": (0, 2)}), 15)
+                await eventually(lambda: _true(sup.in_flight() == {"a": (1, 1), "b": (1, 1)}), 15)
                 server_count = await _heartbeat_listing(sess, ids)  # all 4 keep their leases
                 console = Console(record=True, width=140)
                 console.print(render(sup))
                 rows = _queue_rows(console.export_text())
                 # columns: pool, weight, running, parked, in flight
-                assert rows == {"a": ["default", "1", "2", "0", "2"], "b": ["default", "1", "0", "2", "2"]}
+                assert rows == {"a": ["default", "1", "1", "1", "2"], "b": ["default", "1", "1", "1", "2"]}
                 assert sum(int(r[-1]) for r in rows.values()) == len(server_count) == 4
                 metrics = sup._metrics_text()
-                assert 'conveyor_tasks_parked{queue="b"} 2' in metrics
+                assert 'conveyor_tasks_parked{queue="b"} 1' in metrics
                 assert 'conveyor_session_up{pool="default"} 1' in metrics
             finally:
                 sup._stop_worker(fast=True)

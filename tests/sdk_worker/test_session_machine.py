@@ -131,14 +131,45 @@ def test_connect_sends_hello_first() -> None:
 
 
 # -- Welcome, heartbeats ------------------------------------------------------------------------
-def test_non_welcome_first_frame_aborts_as_peer_violation() -> None:
-    """A Dispatch before Welcome aborts the stream; it is the server's fault, so transient."""
-    s = WorkerSession(_cfg())
+def test_frames_before_welcome_are_held_then_handled_in_order() -> None:
+    """Dispatch, Cancel, Ping before Welcome: nothing is sent or started; after it, in order."""
+    s = WorkerSession(_cfg(concurrency=2))
     s.connect(T0)
-    (abort,) = s.receive(_dispatch("t1"), T0)
+    for frame in (_dispatch("a"), _dispatch("b"), _cancel("b"), pb.ServerMessage(ping=pb.Ping())):
+        assert s.receive(frame, T0) == []
+    assert s.tick(T0 + 1) == [] and s.next_deadline() == T0 + 30  # the Welcome wait runs on
+    assert s.phase is Phase.AWAITING_WELCOME and s.in_flight_ids() == []
+    assert s.statistics().held_before_welcome == 4
+    actions = s.receive(_welcome(), T0 + 1)
+    assert _starts(actions) == ["a"]
+    (res,) = _sent(actions, "result")  # b was cancelled before it could start
+    assert (res.result.task_id, res.result.outcome, res.result.error_msg) == ("b", 2, "canceled by server")
+    assert s.phase is Phase.OPEN and s.in_flight_ids() == ["a"]
+    assert s.statistics().connections == 1
+
+
+def test_held_frames_are_bounded_and_a_flood_aborts_as_peer_violation() -> None:
+    """One frame beyond max_held (2 x concurrency x queues + 16) aborts, transient (reconnect)."""
+    s = WorkerSession(_cfg(concurrency=2, queues={"a": 1, "b": 1}))
+    s.connect(T0)
+    assert s.max_held == 2 * 2 * 2 + 16
+    for i in range(s.max_held):
+        assert s.receive(_dispatch(f"t{i}", queue="a"), T0) == []
+    (abort,) = s.receive(_dispatch("one-more", queue="a"), T0)
     assert isinstance(abort, Abort) and isinstance(abort.error, ProtocolError)
-    assert not is_fatal(abort.error)
+    assert abort.error.details.get("peer_violation") and not is_fatal(abort.error)
     assert isinstance(s.connection_lost(abort.error, T0)[-1], Reconnect)
+    s.connect(T0)  # the held frames died with their stream
+    assert _starts(s.receive(_welcome(), T0)) == [] and s.in_flight_ids() == []
+
+
+def test_welcome_timeout_applies_with_held_frames() -> None:
+    """Held frames do not stretch the Welcome wait: no Welcome in time -> Abort, nothing started."""
+    s = WorkerSession(_cfg(), welcome_timeout=5)
+    s.connect(T0)
+    s.receive(_dispatch("t1"), T0)
+    (abort,) = s.tick(T0 + 5)
+    assert isinstance(abort, Abort) and isinstance(abort.error, Unavailable)
 
 
 def test_welcome_timeout_aborts() -> None:
@@ -233,8 +264,8 @@ def test_missing_outcomes_are_padded_and_unspecified_becomes_released() -> None:
     assert [r.outcome for r in br.batch_result.results] == [OutcomeKind.RELEASED, OutcomeKind.RETRY]
 
 
-def test_weighted_round_robin_across_queues() -> None:
-    """Parked jobs start in smooth weighted round-robin order of their queues' weights."""
+def test_weighted_turns_across_queues() -> None:
+    """Parked jobs start in turns weighted by their queues' weights (quota.py), 3:1 here."""
     s = _open(concurrency=1, queues={"hi": 3, "lo": 1})
     s.receive(_dispatch("first", queue="hi"), T0)
     for i in range(4):
@@ -242,8 +273,16 @@ def test_weighted_round_robin_across_queues() -> None:
         s.receive(_dispatch(f"l{i}", queue="lo"), T0)
     order = []
     current = "first"
+    now = T0
     for _ in range(8):
-        (nxt,) = _starts(s.job_finished(current, [OK], T0))
+        now += 0.01
+        started = _starts(s.job_finished(current, [OK], now))
+        for _ in range(5):  # the turn was a queue whose refill is expected: lent once that lapses
+            if started:
+                break
+            now = s.next_deadline() or now
+            started = _starts(s.tick(now))
+        (nxt,) = started
         order.append(nxt)
         current = nxt
     assert order[:4].count("l0") == 1 and [o[0] for o in order[:4]].count("h") == 3

@@ -13,6 +13,7 @@ from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk.errors import Code, InvalidArgument, PermissionDenied, Unauthenticated
 from conveyor_sdk.testing import PeerSession, ScriptedPeer
 from conveyor_sdk.worker import SDK_VERSION, Registry, TaskContext, TaskData, Worker
+from tests.sdk_worker._helpers import callbacks_queued_so_far
 
 
 def _welcome(interval: float = 0.2, ttl: float = 0.6) -> pb.ServerMessage:
@@ -160,25 +161,54 @@ def test_invalid_argument_after_welcome_is_fatal() -> None:
 
 
 def test_transient_errors_reconnect_and_welcome_resets_backoff() -> None:
-    """unavailable / clean end / early Dispatch reconnect; the failure counter resets on Welcome."""
+    """unavailable / clean end reconnect; the failure counter resets on Welcome."""
 
     async def script(peer: ScriptedPeer, worker: Worker) -> None:
         sess, _ = await _open(peer)
         await sess.end(Code.UNAVAILABLE, "node draining")
         sess, _ = await _open(peer)
-        await sess.send(_dispatch("too-early"))  # a server bug: Dispatch before Welcome
-        sess, _ = await _open(peer)
-        assert worker.statistics()["reconnect_failures"] == 2
+        assert worker.statistics()["reconnect_failures"] == 1
         await sess.send(_welcome())
         await _next(sess, "heartbeat")
         assert worker.statistics()["reconnect_failures"] == 0
         await sess.end()  # clean end: transient too
         sess, _ = await _open(peer)
         stats = worker.statistics()
-        assert stats["reconnect_failures"] == 1 and stats["connections"] == 4
-        assert peer.sessions_opened == 4
+        assert stats["reconnect_failures"] == 1 and stats["connections"] == 3
+        assert peer.sessions_opened == 3
 
     _with_worker(script, Registry(), rng=lambda: 0.01)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "connect"])
+def test_dispatch_and_cancel_before_welcome_are_held_not_a_reconnect(protocol: str) -> None:
+    """Dispatch A, Dispatch B, Cancel B before the Welcome (as conveyord may): one connection, A runs
+    after the Welcome, B is answered RETRY unstarted, and nothing but the Hello precedes the Welcome."""
+    reg = Registry()
+    calls: list[str] = []
+    reg.handler("t")(lambda task, ctx: calls.append(task.id) or b"ok")
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess, _ = await _open(peer)
+        for frame in (_dispatch("A"), _dispatch("B"), pb.ServerMessage(cancel=pb.Cancel(task_id="B"))):
+            await sess.send(frame)
+        await peer.ping()  # the worker has read the three frames (same connection, in order)
+        async with asyncio.timeout(10):
+            while worker.statistics()["held_before_welcome"] < 3:
+                await callbacks_queued_so_far()
+        assert sess.unread == 0 and calls == []  # §5.3: no Result, Heartbeat, Progress yet
+        await sess.send(_welcome())
+        results = {}
+        for _ in range(2):
+            res = (await _next(sess, "result")).result
+            results[res.task_id] = (res.outcome, res.error_msg)
+        assert results == {"A": (1, ""), "B": (2, "canceled by server")}
+        assert calls == ["A"]
+        stats = worker.statistics()
+        assert stats["connections"] == 1 and stats["held_before_welcome"] == 3
+        assert peer.sessions_opened == 1
+
+    _with_worker(script, reg, protocol)
 
 
 def test_drain_heartbeats_late_dispatch_without_starting_it() -> None:
