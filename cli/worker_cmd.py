@@ -102,8 +102,20 @@ def register(app: typer.Typer) -> None:
         ],
         server: Annotated[
             str | None,
-            typer.Option("--server", envvar="CONVEYOR_ADDR", help="Server URL; none = embedded server."),
+            typer.Option(
+                "--server",
+                envvar="CONVEYOR_ADDR",
+                help="Server URL, or several comma-separated (a cluster's nodes); none = embedded server.",
+            ),
         ] = None,
+        reconnect_base: Annotated[
+            str,
+            typer.Option(envvar="CONVEYOR_RECONNECT_BASE", help="Reconnect backoff base, e.g. 500ms."),
+        ] = "500ms",
+        reconnect_max: Annotated[
+            str,
+            typer.Option(envvar="CONVEYOR_RECONNECT_MAX", help="Reconnect backoff cap, e.g. 30s."),
+        ] = "30s",
         token: Annotated[
             str | None, typer.Option("--token", envvar="CONVEYOR_TOKEN", help="Bearer token.")
         ] = None,
@@ -252,6 +264,7 @@ def register(app: typer.Typer) -> None:
             loop=loop,
             task_log=task_log,
             ca_file=ca_file,
+            reconnect=(reconnect_base, reconnect_max),
         )
         raise typer.Exit(code)
 
@@ -279,6 +292,7 @@ def run_worker_command(
     loop: str = "auto",
     task_log: bool = True,
     ca_file: str | None = None,
+    reconnect: tuple[str, str] = ("500ms", "30s"),
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
     from conveyor_sdk._runtime.logs import parse_level
@@ -302,6 +316,7 @@ def run_worker_command(
         check_memory_limit(max_memory_per_child)
         _check_metrics_port(metrics_host, metrics_port)
         eventloop.resolve(loop)
+        backoff = _reconnect_options(server, reconnect)
         if not server:
             from conveyor_sdk._runtime.embedded import preferred_port
 
@@ -340,6 +355,8 @@ def run_worker_command(
         loop=loop,
         task_log=task_log,
         ca_file=ca_file,
+        reconnect_base=backoff[0],
+        reconnect_max=backoff[1],
     )
     return _serve(config, registry)
 
@@ -411,3 +428,17 @@ def _serve(config: SupervisorConfig, registry: Registry) -> int:
             fail(str(exc), EXIT_CONFIG)
     finally:
         sup.shutdown()
+
+
+def _reconnect_options(server: str | None, reconnect: tuple[str, str]) -> tuple[float, float]:
+    """--server's addresses and --reconnect-base/--reconnect-max, checked before anything starts."""
+    from conveyor_sdk._protocol.backoff import Backoff, parse_addresses
+
+    if server:
+        parse_addresses(server, what="--server")
+    try:
+        base, cap = (parse_duration(v) for v in reconnect)
+    except ValueError as exc:
+        raise ValueError(f"--reconnect-base/--reconnect-max: {exc}") from None
+    Backoff(base=base, cap=cap)  # SettingError (a ValueError) names the bad one
+    return base, cap

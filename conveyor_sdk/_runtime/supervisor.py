@@ -92,6 +92,8 @@ class SupervisorConfig:
     loop: str = "auto"  # event loop of the supervisor and its children: auto | asyncio | uvloop
     task_log: bool = True  # one INFO line per finished task (--no-task-log turns it off)
     ca_file: str | None = None  # PEM bundle that verifies an https:// server (--ca-file)
+    reconnect_base: float = 0.5  # §5.9 backoff base per full round of --server addresses
+    reconnect_max: float = 30.0  # and its cap (--reconnect-base / --reconnect-max)
 
 
 class Supervisor:
@@ -228,6 +230,8 @@ class Supervisor:
                 token=cfg.token,
                 grace=cfg.grace,
                 task_log=cfg.task_log,
+                reconnect_base=cfg.reconnect_base,
+                reconnect_max=cfg.reconnect_max,
                 tls=TLSOptions(ca_file=cfg.ca_file) if cfg.ca_file else None,
                 encryption=cfg.encryption,
             )
@@ -241,6 +245,8 @@ class Supervisor:
                 token=cfg.token,
                 grace=cfg.grace,
                 task_log=cfg.task_log,
+                reconnect_base=cfg.reconnect_base,
+                reconnect_max=cfg.reconnect_max,
                 tls=TLSOptions(ca_file=cfg.ca_file) if cfg.ca_file else None,
                 executor=self.executor.for_pool(name),
                 labels={"pool": name},
