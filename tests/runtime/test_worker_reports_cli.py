@@ -3,6 +3,7 @@ quiet HTTP/2 loggers at --log-level debug, environment variables for its options
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -74,7 +75,7 @@ def test_every_task_gets_a_line_and_a_timeout_says_it_is_not_retried(
     assert retried == 0
     assert f"task {ok_id} (rep:ok) succeeded in " in proc.output
     assert f"task {hang_id} (rep:hang) failed, not retried (archived): deadline exceeded" in proc.output
-    proc.signal(__import__("signal").SIGTERM)
+    proc.signal(signal.SIGTERM)
     assert proc.wait() == 0
 
 
@@ -88,7 +89,7 @@ def test_no_task_log_and_quiet_http2_loggers_at_debug(
     assert f"task {ok_id} " not in proc.output
     assert f"task {hang_id} (rep:hang) failed" in proc.output
     assert "hpack" not in proc.output and " h2" not in proc.output
-    proc.signal(__import__("signal").SIGTERM)
+    proc.signal(signal.SIGTERM)
     assert proc.wait() == 0
 
 
