@@ -114,7 +114,8 @@ def _bulk_routes(d: Dashboard) -> list[Route]:
         if not ids:
             return await refused(d, InvalidArgument("select at least one task"), back)
         if action in DESTRUCTIVE:
-            ask = confirm_first(d, request, form, f"{action.capitalize()} {len(ids)} tasks?", back, items=ids)
+            what = f"{len(ids)} task{'' if len(ids) == 1 else 's'}"
+            ask = confirm_first(d, request, form, f"{action.capitalize()} {what}?", back, items=ids)
             if ask is not None:
                 return ask
         try:
