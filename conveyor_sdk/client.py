@@ -122,9 +122,10 @@ def _landed_earlier(exc: DuplicateTask, req: pb.EnqueueRequest) -> bool:
 
     The earlier attempt most likely committed the task and only its answer was
     lost, so the duplicate is our own: read the task back instead of failing.
-    A duplicate on the first attempt is always raised (a user's id that is taken).
+    A duplicate on the first attempt that reached a server is always raised (a user's id
+    that is taken), also after attempts whose connection could not be opened.
     """
-    return bool(req.task_id) and exc.details.get("attempts", 1) > 1
+    return bool(req.task_id) and exc.details.get("sent_attempts", 1) > 1
 
 
 def _with_id(req: pb.EnqueueRequest) -> pb.EnqueueRequest:

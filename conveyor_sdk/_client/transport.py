@@ -117,10 +117,12 @@ def translate(exc: BaseException) -> ConveyorError:
     return Unavailable(f"transport failure: {type(exc).__name__}: {exc}")
 
 
-def _with_attempts(err: ConveyorError, attempt: int) -> ConveyorError:
-    """Record how many attempts the call took (``details["attempts"]``) when it was retried."""
+def _with_attempts(err: ConveyorError, attempt: int, unsent: int = 0) -> ConveyorError:
+    """Record how many attempts the call took (``details["attempts"]``) when it was retried,
+    and how many of them may have reached a server (``details["sent_attempts"]``: attempts
+    whose connection could not even be opened are not counted)."""
     if attempt > 1:
-        err.details = {**err.details, "attempts": attempt}
+        err.details = {**err.details, "attempts": attempt, "sent_attempts": attempt - unsent}
     return err
 
 
@@ -222,7 +224,7 @@ class UnaryCaller:
         safe = safe_to_repeat(method, request)
         plan = self.config.retry if safe else NO_RETRY
         timeout_ms = self.config.timeout_ms(timeout)
-        attempt = rounds = hops = 0
+        attempt = rounds = hops = unsent = 0
         while True:
             attempt += 1
             self.calls += 1
@@ -232,7 +234,8 @@ class UnaryCaller:
             except Exception as exc:
                 if _cancelled(exc):
                     raise asyncio.CancelledError() from exc
-                err = _with_attempts(translate(exc), attempt)
+                err = _with_attempts(translate(exc), attempt, unsent)
+                unsent += bool(err.details.get("not_sent"))
                 if self._next(err, safe, index, hops):
                     hops += 1
                     continue
@@ -278,7 +281,7 @@ class UnaryCaller:
         safe = safe_to_repeat(method, request)
         plan = self.config.retry if safe else NO_RETRY
         timeout_ms = self.config.timeout_ms(timeout)
-        attempt = rounds = hops = 0
+        attempt = rounds = hops = unsent = 0
         while True:
             attempt += 1
             self.calls += 1
@@ -286,7 +289,8 @@ class UnaryCaller:
             try:
                 return target(request, headers=self.headers, timeout_ms=timeout_ms)
             except Exception as exc:
-                err = _with_attempts(translate(exc), attempt)
+                err = _with_attempts(translate(exc), attempt, unsent)
+                unsent += bool(err.details.get("not_sent"))
                 if self._next(err, safe, index, hops):
                     hops += 1
                     continue

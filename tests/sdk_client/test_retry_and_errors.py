@@ -220,11 +220,6 @@ def test_sync_client_retries_too() -> None:
         service.failures = 2
         assert len(client.enqueue("t", None).id) == 26  # a client-assigned id: safe to retry
         assert service.calls == ["Enqueue"] * 3
-        service.calls.clear()
-        service.failures = 100
-        with pytest.raises(Unavailable):
-            client.enqueue_batch([task("t", None)])
-        assert service.calls == ["EnqueueBatch"]
 
 
 def test_translate_maps_foreign_exceptions() -> None:
