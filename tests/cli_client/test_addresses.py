@@ -39,7 +39,7 @@ def test_bad_lists_are_one_line_errors(url: str) -> None:
 
 
 def test_worker_rejects_a_bad_list_and_bad_reconnect_options() -> None:
-    """conveyor worker: a bad --server entry or --reconnect-max below the base exits 1 with one line."""
+    """conveyor worker: a bad --server entry, or a reconnect cap below the base (flag or env), exits 1."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
     one = ["--server", "http://127.0.0.1:1"]
     cases = [
@@ -55,3 +55,9 @@ def test_worker_rejects_a_bad_list_and_bad_reconnect_options() -> None:
         lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
         assert done.returncode == 1 and len(lines) == 1 and part in lines[0], done.stderr
         assert "Traceback" not in done.stderr
+    env["CONVEYOR_RECONNECT_MAX"] = "100ms"  # below the default base: the variable is read
+    done = subprocess.run(
+        [sys.executable, "-m", "conveyor_cli", "worker", "examples.hello:app", *one],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1 and "reconnect max (0.1s)" in done.stderr, done.stderr
