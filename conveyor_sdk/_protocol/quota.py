@@ -144,19 +144,17 @@ class Quota:
     ) -> str | None:
         """Which of the ``ready`` queues (their next delivery can start) gets a free slot, or None.
 
-        The turn is the admitted queue (ready, or expected) whose next start is due first in
-        virtual time; when it is an expected queue's, the slot waits for its delivery.
+        The turn is the queue (admitted and ready, or expected) whose next start is due first in
+        virtual time; when it is an expected queue's, the slot waits (at most ``hold``).
         """
         allowed = [q for q in ready if self.admits(q, free, waiting, now, over)]
         if not allowed:
             return None
         active = allowed
         if over or now < self._opened_until:
-            active = allowed + [
-                q
-                for q, until in self._expect.items()
-                if now < until and q not in ready and self.admits(q, free, waiting, now, over)
-            ]
+            # An expected queue takes part in the turn even when this slot is not its own: a
+            # queue whose slot turns over faster must not outrun the weights in starts.
+            active = allowed + [q for q, until in self._expect.items() if now < until and q not in ready]
         tags, order = self._tag, self._order
         self._vtime = vtime = max(self._vtime, min(tags[q] for q in active))
         turn = min(active, key=lambda q: (max(tags[q], vtime), order[q]))

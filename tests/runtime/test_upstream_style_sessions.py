@@ -1,0 +1,141 @@
+"""In-process Worker and runtime against a scripted server that behaves like conveyord.
+
+conveyord grants ``concurrency`` credits per queue (a refill per Result, for that Result's
+queue) and may send Dispatches before its Welcome. A ScriptedPeer plays that: the weighted
+share of the first 40 starts must follow the weights, and early frames must not cost a
+reconnect, for both the in-process Worker and the multi-process runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk._runtime.supervisor import Supervisor, SupervisorConfig
+from conveyor_sdk._worker.registry import Registry
+from conveyor_sdk.testing import PeerSession, ScriptedPeer
+from conveyor_sdk.worker import TaskContext, TaskData, Worker
+
+WEIGHTS = {"wa": 3, "wb": 1}
+STARTS = 40
+APP = """
+import os
+from conveyor_sdk._worker.registry import Registry
+
+app = Registry()
+
+@app.handler("t")
+def t(task, ctx):
+    with open(os.environ["STARTS_FILE"], "a") as out:
+        out.write(task.queue + "\\n")
+"""
+
+
+def _welcome() -> pb.ServerMessage:
+    msg = pb.ServerMessage()
+    msg.welcome.session_id = "S-upstream"
+    msg.welcome.lease_ttl.FromSeconds(30)
+    msg.welcome.heartbeat_interval.FromSeconds(10)
+    return msg
+
+
+async def _serve_per_queue(sess: PeerSession, concurrency: int, results: int, *, early: bool) -> None:
+    """Grant ``concurrency`` per queue (as conveyord does), refill each Result's queue; Welcome
+    first, or after the first credits' Dispatches and a Cancel of one of them (``early``)."""
+    ids = itertools.count()
+
+    async def dispatch(queue: str) -> str:
+        tid = f"{queue}-{next(ids)}"
+        msg = pb.ServerMessage()
+        msg.dispatch.task.CopyFrom(tpb.TaskEnvelope(id=tid, queue=queue, type="t"))
+        await sess.send(msg)
+        return tid
+
+    if not early:
+        await sess.send(_welcome())
+    first = [await dispatch(q) for _ in range(concurrency) for q in sorted(WEIGHTS, key=WEIGHTS.get)]
+    if early:
+        await sess.send(pb.ServerMessage(cancel=pb.Cancel(task_id=first[0])))
+        await sess.send(_welcome())
+    answered = 0
+    while answered < results:
+        msg = await sess.recv(20)
+        assert msg is not None
+        if msg.WhichOneof("frame") == "result":
+            answered += 1
+            await dispatch(msg.result.task_id.split("-", maxsplit=1)[0])
+
+
+def _share(starts: list[str]) -> float:
+    assert len(starts) >= STARTS, starts
+    return starts[:STARTS].count("wa") / STARTS
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["welcome-first", "dispatch-first"])
+def test_in_process_worker_weighted_share_with_per_queue_credits(early: bool) -> None:
+    """wa=3 wb=1, concurrency 4, wa has 0.75 +- 0.05 of the first 40 starts; 1 connection."""
+    starts: list[str] = []
+    reg = Registry()
+
+    @reg.handler("t")
+    def t(task: TaskData, ctx: TaskContext) -> None:
+        starts.append(task.queue)
+
+    async def main() -> None:
+        async with ScriptedPeer() as peer:
+            worker = Worker(peer.url, queues=WEIGHTS, concurrency=4, close_timeout=0.5)
+            run = asyncio.create_task(worker.run(reg))
+            try:
+                sess = await peer.accept()
+                assert (await sess.recv()) is not None  # Hello
+                await _serve_per_queue(sess, 4, STARTS + 4, early=early)
+                assert peer.sessions_opened == 1 and worker.statistics()["connections"] == 1
+                assert worker.statistics()["held_before_welcome"] == (9 if early else 0)
+            finally:
+                worker.stop(immediate=True)
+                await asyncio.wait_for(asyncio.gather(run, return_exceptions=True), 20)
+
+    asyncio.run(main())
+    assert abs(_share(starts) - 0.75) <= 0.05, starts[:STARTS]
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["welcome-first", "dispatch-first"])
+def test_runtime_weighted_share_with_per_queue_credits(
+    early: bool, write_app: Callable[[str, str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime (4 children x 1 slot) follows the same rule: 0.75 +- 0.05; 1 connection."""
+    folder = write_app("upapp", APP)
+    monkeypatch.chdir(folder)
+    out = folder / "starts.txt"
+    out.touch()
+    monkeypatch.setenv("STARTS_FILE", str(out))
+
+    async def main() -> None:
+        async with ScriptedPeer() as peer:
+            config = SupervisorConfig(
+                app="upapp:app", queues=WEIGHTS, concurrency=4, processes=4, server=peer.url
+            )
+            sup = Supervisor(config, Registry())
+            sup.prepare()
+            run = asyncio.create_task(sup.run())
+            try:
+                sess = await peer.accept(30)
+                assert (await sess.recv()) is not None  # Hello
+                await _serve_per_queue(sess, 4, STARTS + 4, early=early)
+                assert peer.sessions_opened == 1
+                (stats,) = sup.statistics()["sessions"].values()  # type: ignore[attr-defined]
+                assert stats["connections"] == 1 and stats["held_before_welcome"] == (9 if early else 0)
+            finally:
+                sup._stop_worker(fast=True)
+                await peer.aclose()
+                await asyncio.wait_for(run, 30)
+                sup.shutdown()
+
+    asyncio.run(main())
+    assert abs(_share(out.read_text().split()) - 0.75) <= 0.05, out.read_text().split()[:STARTS]
