@@ -9,6 +9,7 @@ detail) after a progress bar and exits 0 only when no selected check failed.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -74,6 +75,15 @@ def run(  # noqa: PLR0917  # typer maps each option to one parameter
         float,
         typer.Option("--timing-scale", help="Stretch waits on slow machines (0.1..100).", min=0.1, max=100),
     ] = 1.0,
+    ca_file: Annotated[
+        str | None,
+        typer.Option(
+            "--ca-file",
+            envvar="CONVEYOR_CA_FILE",
+            help="PEM bundle that verifies an https:// --server (also given to the worker program as "
+            "CONVEYOR_CA_FILE).",
+        ),
+    ] = None,
 ) -> None:
     from conveyor_conformance.context import SuiteConfig
 
@@ -92,9 +102,16 @@ def run(  # noqa: PLR0917  # typer maps each option to one parameter
         concurrency=concurrency,
         timing_scale=timing_scale,
         declares=declares,
+        ca_file=_readable(ca_file),
     )
     ok = _run_and_report(config, json_file, junit_file)
     raise typer.Exit(0 if ok else 1)
+
+
+def _readable(ca_file: str | None) -> str | None:
+    if ca_file and not os.path.isfile(ca_file):
+        fail(f"--ca-file: no such file {ca_file!r}", 2)
+    return ca_file or None
 
 
 def _declares(values: list[str] | None) -> tuple[str, ...] | None:

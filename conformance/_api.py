@@ -8,6 +8,7 @@ built from the Connect error body (``{"code": ..., "message": ...}``).
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any, TypeVar
 
 import httpx
@@ -29,10 +30,13 @@ ADMIN = "/conveyor.v1.AdminService/"
 class ApiClient:
     """Async Connect unary client bound to one server URL and optional token."""
 
-    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 15.0) -> None:
+    def __init__(
+        self, base_url: str, token: str | None = None, *, timeout: float = 15.0, ca_file: str | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout)
+        verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, verify=verify)
 
     async def aclose(self) -> None:
         """Close the connection pool."""

@@ -37,11 +37,14 @@ class StreamEnded:
     error: ConveyorError | None
 
 
-async def open_raw_session(url: str, token: str | None, protocol: str = "grpc") -> RawSession:
-    """Open a Session stream with the SDK transport (no frames sent yet)."""
-    from conveyor_sdk._transport import TransportOptions, open_session
+async def open_raw_session(
+    url: str, token: str | None, protocol: str = "grpc", ca_file: str | None = None
+) -> RawSession:
+    """Open a Session stream with the SDK transport (no frames sent yet); ``ca_file`` = trusted CAs."""
+    from conveyor_sdk._transport import TLSOptions, TransportOptions, open_session
 
-    opts = TransportOptions(token=token, protocol=protocol)  # type: ignore[arg-type]  # validated by the CLI
+    tls = TLSOptions(ca_file=ca_file) if ca_file else None
+    opts = TransportOptions(token=token, protocol=protocol, tls=tls)  # type: ignore[arg-type]  # CLI-validated
     stream: Any = open_session(url, opts)
     if inspect.isawaitable(stream):
         stream = await stream

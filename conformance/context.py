@@ -45,6 +45,9 @@ class SuiteConfig:
     concurrency: int = 6  # checks running at once
     timing_scale: float = 1.0  # multiply waits on slow machines
     declares: tuple[str, ...] | None = None  # worker extensions; None = read the program's declaration
+    ca_file: str | None = (
+        None  # PEM bundle trusted for an https:// server (also passed to the worker program)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +167,8 @@ class CheckContext:
     ) -> RawSession:
         """Open a raw session (closed when the check ends)."""
         tok = self.env.token if token == "__env__" else token
-        sess = await open_raw_session(url or self.env.url, tok, protocol or self.env.config.protocol)
+        config = self.env.config
+        sess = await open_raw_session(url or self.env.url, tok, protocol or config.protocol, config.ca_file)
         self.on_close(sess.aclose)
         return sess
 

@@ -42,9 +42,11 @@ def default_worker_cmd() -> list[str]:
     return [sys.executable, "-m", "conveyor_conformance.worker_program"]
 
 
-async def probe_facts(url: str, token: str | None, protocol: str = "grpc") -> ServerFacts:
+async def probe_facts(
+    url: str, token: str | None, protocol: str = "grpc", ca_file: str | None = None
+) -> ServerFacts:
     """Open one session, read its Welcome, close it."""
-    sess = await open_raw_session(url, token, protocol)
+    sess = await open_raw_session(url, token, protocol, ca_file)
     try:
         welcome = await sess.hello({"cf-probe": 1}, 1, within=15)
     finally:
@@ -95,7 +97,7 @@ async def prepared_env(config: SuiteConfig, checks: Sequence[Check]) -> AsyncIte
             if config.token:
                 env.auth_url, env.auth_token = env.url, config.token
         env.worker_cmd = shlex.split(config.worker_cmd) if config.worker_cmd else default_worker_cmd()
-        env.api = ApiClient(env.url, env.token)
+        env.api = ApiClient(env.url, env.token, ca_file=config.ca_file)
         await _probe_into(env)
         yield env
     finally:
@@ -107,7 +109,7 @@ async def prepared_env(config: SuiteConfig, checks: Sequence[Check]) -> AsyncIte
 
 async def _probe_into(env: SuiteEnv) -> None:
     try:
-        env.facts = await probe_facts(env.url, env.token, env.config.protocol)
+        env.facts = await probe_facts(env.url, env.token, env.config.protocol, env.config.ca_file)
     except (ConveyorError, ImportError, AssertionError) as exc:
         env.notes.append(f"could not read a Welcome from {env.url}: {exc}")
         log.warning("probe failed: %s", exc)

@@ -100,8 +100,10 @@ def build_registry(sleep_ms: int) -> Any:
 
 
 def _worker(env: Mapping[str, str], queues: dict[str, int]) -> Any:
+    from conveyor_sdk._transport import TLSOptions
     from conveyor_sdk.worker import Worker
 
+    ca_file = env.get("CONVEYOR_CA_FILE") or None
     return Worker(
         env["CONVEYOR_ADDR"],
         queues=queues,
@@ -109,6 +111,7 @@ def _worker(env: Mapping[str, str], queues: dict[str, int]) -> Any:
         token=env.get("CONVEYOR_TOKEN") or None,
         grace=float(env.get("DRAIN_GRACE_S", "5")),
         protocol="connect" if env.get("CONVEYOR_PROTOCOL", "grpc") == "connect" else "grpc",
+        tls=TLSOptions(ca_file=ca_file) if ca_file else None,
     )
 
 

@@ -84,6 +84,8 @@ async def start_worker(
     env.pop("CONVEYOR_TOKEN", None)
     if ctx.env.token:
         env["CONVEYOR_TOKEN"] = ctx.env.token
+    if ctx.env.config.ca_file:  # a foreign program may ignore it; an https:// target then fails its checks
+        env["CONVEYOR_CA_FILE"] = ctx.env.config.ca_file
     env.update(dict(extra or {}))
     proc = await asyncio.create_subprocess_exec(
         *cmd,

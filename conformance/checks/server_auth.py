@@ -12,7 +12,7 @@ AUTH = [Requirement.AUTH_SERVER]
 
 def _client(ctx: CheckContext, token: str | None) -> ApiClient:
     assert ctx.env.auth_url is not None
-    client = ApiClient(ctx.env.auth_url, token)
+    client = ApiClient(ctx.env.auth_url, token, ca_file=ctx.env.config.ca_file)
     ctx.on_close(client.aclose)
     return client
 

@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
+
+from conveyor_server_min.testing import ServerProcess
+from tests.sdk_transport._helpers import make_certs
 
 CLI = [sys.executable, "-c", "from conveyor_cli.app import main; main()", "conformance"]
 
@@ -80,3 +84,33 @@ def test_worker_program_needs_its_environment() -> None:
     env.update({"CONVEYOR_ADDR": "http://127.0.0.1:1", "SCENARIO": "bad-hello", "QUEUE": "q"})
     out = _run("worker", env=env)
     assert out.returncode == 1, out.stderr
+
+
+def test_ca_file_verifies_an_https_server_under_test(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess]
+) -> None:
+    """Against https:// with a private CA: checks fail without it, pass with --ca-file or CONVEYOR_CA_FILE."""
+    certs = make_certs(tmp_path)
+    server = server_factory(
+        ["--dev", "--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)]
+    )
+    only = ("--only", "server.6.2", "--only", "server.5.3.welcome-fields", "--server", server.url)
+    without = _run("run", *only)
+    assert without.returncode == 1, without.stdout + without.stderr
+    with_flag = _run("run", *only, "--ca-file", str(certs.ca))
+    assert with_flag.returncode == 0, with_flag.stdout + with_flag.stderr
+    assert "2 passed" in with_flag.stdout
+    with_env = _run("run", *only, env={**os.environ, "CONVEYOR_CA_FILE": str(certs.ca)})
+    assert with_env.returncode == 0, with_env.stdout + with_env.stderr
+    missing = _run("run", *only, "--ca-file", str(tmp_path / "nope.pem"))
+    assert missing.returncode == 2 and "--ca-file" in missing.stderr
+
+
+def test_worker_program_takes_the_ca_file_from_its_environment(tmp_path: Path) -> None:
+    """The suite hands CONVEYOR_CA_FILE to the worker program, which builds its Worker with that CA."""
+    from conveyor_conformance.worker_program import _worker
+
+    env = {"CONVEYOR_ADDR": "https://127.0.0.1:1", "CONVEYOR_CA_FILE": str(tmp_path / "ca.pem")}
+    worker = _worker(env, {"q": 1})
+    assert worker.tls is not None and worker.tls.ca_file == str(tmp_path / "ca.pem")
+    assert _worker({"CONVEYOR_ADDR": "http://127.0.0.1:1"}, {"q": 1}).tls is None
