@@ -112,6 +112,17 @@ def test_worker_options_read_their_environment_variables(tmp_path: Path, worker_
         assert name in helped.stdout, name
 
 
+def test_a_flag_wins_over_its_variable(
+    tmp_path: Path, worker_factory: Factory, server: ServerProcess
+) -> None:
+    """CONVEYOR_CONCURRENCY=0 alone is refused, but --concurrency 2 on the command line overrides it."""
+    (tmp_path / "repapp.py").write_text(APP)
+    args = ("--server", server.url, "--processes", "1", "--concurrency", "2")
+    proc = worker_factory(tmp_path, "repapp:app", *args, env={"CONVEYOR_CONCURRENCY": "0"})
+    proc.wait_for("session ")
+    assert "--concurrency must be" not in proc.output
+
+
 def test_version_and_short_help() -> None:
     """`conveyor --version` prints the version; `conveyor -h` is the help."""
     from conveyor_sdk._version import __version__
