@@ -72,7 +72,8 @@ def main() -> None:
         server.stop()
     print(f"{args.tasks} tasks, {args.rounds} rounds, same server (wall, enqueue to all completed)")
     for name, times in runs.items():
-        print(f"  {name:26} median {statistics.median(times) * 1000:7.1f} ms   best {min(times) * 1000:7.1f} ms")
+        median, best = statistics.median(times) * 1000, min(times) * 1000
+        print(f"  {name:26} median {median:7.1f} ms   best {best:7.1f} ms")
 
 
 if __name__ == "__main__":
