@@ -60,3 +60,19 @@ def test_cancel_ends_a_waiting_task(shop_server: ServerProcess) -> None:
         assert result[queued.id].state is TaskState.CANCELED
 
     asyncio.run(main())
+
+
+def test_track_waits_for_tasks_enqueued_another_way(shop_server: ServerProcess) -> None:
+    """Tasks from client.enqueue_batch join the run with track() and come back in its result."""
+
+    async def main() -> None:
+        async with AppRunner(shop.app, shop_server.url) as runner:
+            specs = [shop.audit.spec(Order(n)) for n in range(4)]
+            committed = await runner.client.enqueue_batch(specs)
+            for item in committed:
+                assert item.task is not None
+                runner.track(item.task)
+            result = await runner.run_until_idle(timeout=20)
+        assert len(result.of_type("shop:audit")) == 4 and result.all_ok
+
+    asyncio.run(main())
