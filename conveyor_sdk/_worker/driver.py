@@ -40,7 +40,7 @@ from conveyor_sdk._protocol.types import CancelReason
 from conveyor_sdk._transport.firststep import eager_task
 from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
-from conveyor_sdk._worker.outcomes import cancelled_outcome, log_finished, never_retried
+from conveyor_sdk._worker.outcomes import cancelled_outcome, log_abandoned, log_finished, never_retried
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk.errors import Code, ConveyorError, Internal, InvalidArgument, ProtocolError
 
@@ -491,6 +491,9 @@ class Driver:
             if spec is not None and spec.options.get("max_retry") == 0:
                 outcomes = [never_retried(o, reason) for o in outcomes]
         duration = now - rec.started_at if rec is not None and rec.started_at is not None else None
+        if rec is not None and rec.orphaned:  # nothing will be reported: say so, claim no fate
+            log_abandoned(self.log, tasks, job_id, duration)
+            return outcomes
         for i, outcome in enumerate(outcomes):
             task = tasks[i] if tasks else None
             if log_finished(

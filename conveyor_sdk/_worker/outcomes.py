@@ -249,6 +249,19 @@ def never_retried(outcome: Outcome, reason: CancelReason | None) -> Outcome:
     return Outcome(OutcomeKind.SKIP_RETRY, error_msg=error_msg, traceback=outcome.traceback)
 
 
+def log_abandoned(
+    log: logging.Logger, tasks: Sequence[TaskData], job_id: str, duration: float | None
+) -> None:
+    """One WARNING per task of a job whose session was lost while it ran.
+
+    Its outcome cannot be reported: the server takes the task back with the lost session
+    (released, or its lease lapses), so the line must not claim a retry count of ours.
+    """
+    took = "" if duration is None else f" after {duration:.3f}s"
+    for what in [f"{t.id} ({t.type})" for t in tasks] or [job_id]:
+        log.warning("task %s abandoned%s: its session was lost; the server hands it out again", what, took)
+
+
 def log_finished(
     log: logging.Logger,
     task: TaskData | None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 
@@ -13,6 +14,7 @@ from conveyor_sdk.client import Client
 from conveyor_sdk.types import TaskState
 from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
 from conveyor_server_min.testing import ServerProcess
+from tests._util import eventually
 from tests.conftest import FAST_ARGS
 from tests.sdk_worker._helpers import KEEP, running, wait_state
 
@@ -96,3 +98,34 @@ def test_worker_moves_to_the_other_server_when_its_server_stops() -> None:
                 assert worker.server == b.url and worker.statistics()["reconnects"] >= 1
 
         asyncio.run(main())
+
+
+def test_a_task_running_when_the_session_is_lost_is_logged_as_abandoned(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its server dies mid-task: the line says the task was abandoned, not a retry count it cannot know."""
+    reg = Registry()
+    started = asyncio.Event()
+
+    @reg.handler("slow")
+    async def slow(task: TaskData, ctx: TaskContext) -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    with ServerProcess(FAST_ARGS) as a:
+
+        async def main() -> None:
+            worker = Worker(a.url, reconnect_base=10.0, reconnect_max=10.0)
+            async with Client(a.url) as client, running(worker, reg):
+                task = await client.enqueue("slow", b"", **KEEP)
+                await asyncio.wait_for(started.wait(), 10)
+                a.kill()
+                await eventually(lambda: _said(caplog, f"task {task.id} (slow) abandoned"), 10)
+            assert not [r for r in caplog.records if task.id in r.getMessage() and "retry" in r.getMessage()]
+
+        with caplog.at_level(logging.WARNING, logger="conveyor.worker"):
+            asyncio.run(main())
+
+
+async def _said(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(text in r.getMessage() for r in caplog.records)
