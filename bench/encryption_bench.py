@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from conveyor_sdk._client.requests import enqueue as build_request  # noqa: E402
-from conveyor_sdk._encryption.hooks import open_task, seal_request_sync  # noqa: E402
+from conveyor_sdk._client.seal import seal_request_sync  # noqa: E402
+from conveyor_sdk._worker.unseal import open_task  # noqa: E402
 from conveyor_sdk.codecs import CodecRegistry  # noqa: E402
 from conveyor_sdk.encryption import Key, Keyring  # noqa: E402
 from conveyor_sdk.worker import TaskData  # noqa: E402

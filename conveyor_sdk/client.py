@@ -51,14 +51,9 @@ from conveyor_sdk._client.h2transport import H2Transport
 from conveyor_sdk._client.ids import new_task_id
 from conveyor_sdk._client.options import EnqueueOptions, TaskSpec, ValidationError
 from conveyor_sdk._client.retry import RetryConfig
+from conveyor_sdk._client.seal import check_reserved, seal_request, seal_request_sync
 from conveyor_sdk._client.transport import ClientConfig, Protocol, RoutedStub, UnaryCaller, WireFormat
-from conveyor_sdk._encryption.hooks import (
-    Encryptor,
-    check_encryptor,
-    check_reserved,
-    seal_request,
-    seal_request_sync,
-)
+from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor
 from conveyor_sdk._gen.conveyor.v1 import service_connect as sc
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._protocol.backoff import parse_addresses

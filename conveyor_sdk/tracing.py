@@ -19,47 +19,24 @@ first member's context is the parent and every member's context becomes a link.
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from conveyor_sdk._tracecontext import AVAILABLE, TRACEPARENT, extract, inject
 from conveyor_sdk._worker.registry import Middleware
 
 if TYPE_CHECKING:
     from conveyor_sdk._worker.context import TaskContext
 
+if AVAILABLE:
+    from opentelemetry import context as _otel_context
+    from opentelemetry import trace as _trace
+
 __all__ = ["AVAILABLE", "TRACEPARENT", "TracingMiddleware", "extract", "inject"]
 
 log = logging.getLogger("conveyor.tracing")
 
-TRACEPARENT = "traceparent"
-
-try:  # one guarded import; everything below checks AVAILABLE
-    from opentelemetry import context as _otel_context
-    from opentelemetry import propagate as _propagate
-    from opentelemetry import trace as _trace
-except ImportError:  # pragma: no cover - exercised only without the extra installed
-    AVAILABLE = False
-else:
-    AVAILABLE = True
-
 _TRACER_NAME = "conveyor_sdk"
 _EXTRAS_KEY = "conveyor.tracing"
-
-
-def inject(metadata: MutableMapping[str, str]) -> None:
-    """Add the current trace context to ``metadata`` (no-op without OTel or an active span)."""
-    if not AVAILABLE or TRACEPARENT in metadata:
-        return
-    if not _trace.get_current_span().get_span_context().is_valid:
-        return
-    _propagate.inject(metadata)
-
-
-def extract(metadata: MutableMapping[str, str] | Any) -> Any:
-    """The OpenTelemetry Context carried by ``metadata`` (``None`` without OTel)."""
-    if not AVAILABLE:
-        return None
-    return _propagate.extract(dict(metadata))
 
 
 class TracingMiddleware(Middleware):

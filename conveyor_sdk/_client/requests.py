@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from conveyor_sdk import tracing
+from conveyor_sdk import _tracecontext as tracing
 from conveyor_sdk._client.options import (
     TaskSpec,
     ValidationError,

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from conveyor_sdk._encryption.hooks import Encryptor, run_opened, sealed
+from conveyor_sdk._encryption.hooks import Encryptor
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._protocol.inflight import Delivery
 from conveyor_sdk._protocol.session import (
@@ -42,6 +42,7 @@ from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
 from conveyor_sdk._worker.outcomes import cancelled_outcome, log_abandoned, log_finished, never_retried
 from conveyor_sdk._worker.registry import Registry
+from conveyor_sdk._worker.unseal import run_opened, sealed
 from conveyor_sdk.errors import Code, ConveyorError, Internal, InvalidArgument, ProtocolError
 
 __all__ = ["Driver", "WorkerHost"]

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conveyor_sdk._encryption.hooks import open_task, seal_request, seal_request_sync
+from conveyor_sdk._client.seal import seal_request, seal_request_sync
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._worker.unseal import open_task
 from conveyor_sdk.encryption import (
     KEY_ENV,
     KEY_FILE_ENV,
