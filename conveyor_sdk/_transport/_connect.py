@@ -6,6 +6,8 @@ here and only here.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import ssl
 import urllib.parse
 from dataclasses import dataclass
@@ -14,10 +16,20 @@ from typing import Any, cast
 from hpack import NeverIndexedHeaderTuple
 
 from conveyor_sdk._transport._status import CONTENT_TYPES
+from conveyor_sdk._transport.keepalive import KeepaliveOptions
 from conveyor_sdk._transport.options import TLSOptions, TransportOptions
 from conveyor_sdk.errors import ConveyorError, InvalidArgument, Unavailable
 
-__all__ = ["Target", "check_alpn", "connect_error", "parse_target", "request_headers", "tls_context"]
+__all__ = [
+    "Target",
+    "check_alpn",
+    "connect_error",
+    "parse_target",
+    "request_headers",
+    "tcp_keepalive",
+    "tls_context",
+    "tune_socket",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +128,45 @@ def check_alpn(transport: Any, target: Target) -> None:
         transport.close()
         why = OSError(f"the server did not negotiate HTTP/2 via ALPN (got {alpn!r})")
         raise connect_error(why, target)
+
+
+def tcp_keepalive(keepalive: KeepaliveOptions | None) -> dict[str, int]:
+    """Kernel settings for a long-lived connection: the second line of defence behind the PING.
+
+    ``TCP_KEEPIDLE`` (interval + timeout, 15 s by default), then ``TCP_KEEPCNT`` 3 probes
+    ``TCP_KEEPINTVL`` (interval, 5 s) apart: a peer silent while we have nothing to send is
+    dropped about 30 s after its last byte. ``TCP_USER_TIMEOUT`` (Linux; 2 x (interval +
+    timeout), 30 s): data unacknowledged that long ends the connection. Both are looser than
+    the PING's own bound, so the PING, whose error says what happened, normally fires first;
+    they still hold when the event loop is too busy to run the PING's timer.
+    """
+    ka = keepalive or KeepaliveOptions()
+    idle = max(1, round(ka.interval + ka.timeout))
+    return {
+        "idle": idle,
+        "interval": max(1, round(ka.interval)),
+        "count": 3,
+        "user_timeout_ms": 2 * idle * 1000,
+    }
+
+
+def tune_socket(transport: Any, keepalive: KeepaliveOptions | None) -> None:
+    """Turn on TCP keepalive (and ``TCP_USER_TIMEOUT`` where the platform has it) on ``transport``'s
+    socket, with :func:`tcp_keepalive`'s values; options a platform lacks are skipped."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return
+    values = tcp_keepalive(keepalive)
+    idle = getattr(socket, "TCP_KEEPIDLE", getattr(socket, "TCP_KEEPALIVE", None))  # macOS: TCP_KEEPALIVE
+    options = [
+        (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+        (socket.IPPROTO_TCP, idle, values["idle"]),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), values["interval"]),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), values["count"]),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", None), values["user_timeout_ms"]),
+    ]
+    for level, name, value in options:
+        if name is None:
+            continue
+        with contextlib.suppress(OSError):  # e.g. a platform that refuses one of them
+            sock.setsockopt(level, name, value)

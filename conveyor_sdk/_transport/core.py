@@ -113,6 +113,8 @@ class SessionCore:
         self.connection_closed = False
         self.goaway_received = False
         self._seen_input = False
+        # Called with each PING acknowledgement's payload (the keepalive: see SessionStream).
+        self.on_ping_ack: Callable[[bytes], None] | None = None
         self._handlers: dict[type[h2.events.Event], Callable[[h2.events.Event], None]] = {
             h2.events.ResponseReceived: self._on_response,
             h2.events.DataReceived: self._on_data,
@@ -120,6 +122,7 @@ class SessionCore:
             h2.events.StreamEnded: self._on_stream_ended,
             h2.events.StreamReset: self._on_reset,
             h2.events.ConnectionTerminated: self._on_goaway,
+            h2.events.PingAckReceived: self._on_ping_ack,
         }
 
     def __repr__(self) -> str:
@@ -155,6 +158,20 @@ class SessionCore:
         return bool(getattr(self._conn, "_data_to_send", True)) or self.connection_closed
 
     # ---- outbound ------------------------------------------------------------------------------
+
+    def send_ping(self, payload: bytes) -> None:
+        """Queue a PING (8 bytes of ``payload``); its acknowledgement goes to ``on_ping_ack``."""
+        if self.connection_closed:
+            return
+        try:
+            self._conn.ping(payload)
+        except h2.exceptions.H2Error:
+            log.debug("cannot send a PING on this connection", exc_info=True)
+
+    @property
+    def unflushed(self) -> bool:
+        """Whether queued message bytes (or the END_STREAM after them) wait for flow-control window."""
+        return bool(self._out) or (self._end_requested and not self.send_closed)
 
     def send_blocker(self) -> ConveyorError | None:
         """Why a new message cannot be sent, or None when it can."""
@@ -283,6 +300,10 @@ class SessionCore:
 
     # ---- local termination ---------------------------------------------------------------------
 
+    def abandon(self, error: ConveyorError) -> None:
+        """Give the connection up without a word to the peer (it no longer answers): terminal ``error``."""
+        self._fail(error, connection=True)
+
     def cancel(self, message: str = "the session stream was closed by this client") -> None:
         """RST_STREAM(CANCEL) if the stream is still open, then GOAWAY; terminal Canceled."""
         if not self.connection_closed and self.stream_id:
@@ -392,6 +413,11 @@ class SessionCore:
         if code != 0 or last < self.stream_id:
             self._fail(_status.goaway_error(code, event.additional_data), connection=True)
         # else: a graceful GOAWAY covering our stream; the server may still finish it (see _h2.Connection).
+
+    def _on_ping_ack(self, event: h2.events.Event) -> None:
+        assert isinstance(event, h2.events.PingAckReceived)
+        if self.on_ping_ack is not None:
+            self.on_ping_ack(bytes(event.ping_data or b""))
 
     # ---- helpers -------------------------------------------------------------------------------
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from conveyor_sdk._transport.keepalive import KeepaliveOptions
 from conveyor_sdk._version import __version__
 
 __all__ = ["DEFAULT_USER_AGENT", "Protocol", "TLSOptions", "TransportOptions"]
@@ -43,6 +44,9 @@ class TransportOptions:
         max_message: largest message accepted in either direction, in bytes.
         user_agent: the ``user-agent`` header.
         extra_headers: additional request headers (names are lower-cased).
+        keepalive: HTTP/2 PING period and timeout, which also bounds a write that cannot
+            drain (see :mod:`conveyor_sdk._transport.keepalive`); None turns both checks off
+            (TCP keepalive stays on).
     """
 
     token: str | None = None
@@ -52,3 +56,4 @@ class TransportOptions:
     max_message: int = 64 * 1024 * 1024
     user_agent: str = DEFAULT_USER_AGENT
     extra_headers: tuple[tuple[str, str], ...] = ()
+    keepalive: KeepaliveOptions | None = field(default_factory=KeepaliveOptions)

@@ -7,6 +7,13 @@ place that writes to the socket, once per event-loop iteration: all frames produ
 (e.g. a burst of Results answering a burst of Dispatches) leave in one ``send`` system call. A
 change that left nothing to write (a read whose acknowledgement is batched) schedules nothing.
 Waiting callers (``recv``/``send``) are woken through per-waiter futures.
+
+Keepalive (:mod:`.keepalive`): one loop timer per connection PINGs the server and watches
+what waits to be written; a PING left unanswered, or a write that makes no progress, for the
+keepalive timeout ends the stream with a transient :class:`~conveyor_sdk.errors.Unavailable`
+and aborts the socket, waking every waiting ``send`` and ``recv``. So no send waits forever:
+every one ends within that timeout, written or failed. The timer runs once per PING interval,
+never per message.
 """
 
 from __future__ import annotations
@@ -19,10 +26,11 @@ from typing import Any
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._transport import _connect
 from conveyor_sdk._transport.core import SessionCore
+from conveyor_sdk._transport.keepalive import Keepalive, KeepaliveOptions, LinkDead, PingNow
 from conveyor_sdk._transport.options import TransportOptions
 from conveyor_sdk._transport.reads import BufferedReads, wants_buffered
 from conveyor_sdk._transport.signal import Signal
-from conveyor_sdk.errors import ConveyorError, Internal
+from conveyor_sdk.errors import ConveyorError, Internal, Unavailable
 
 __all__ = ["DEFAULT_PATH", "SessionStream", "open_session"]
 
@@ -66,7 +74,9 @@ class SessionStream:
     order); ``recv`` is meant for one reader task. Every failure is a ConveyorError.
     """
 
-    def __init__(self, core: SessionCore, *, protocol: str) -> None:
+    def __init__(
+        self, core: SessionCore, *, protocol: str, keepalive: KeepaliveOptions | None = None
+    ) -> None:
         self._core = core
         self.protocol = protocol
         self._transport: asyncio.Transport | None = None
@@ -81,6 +91,11 @@ class SessionStream:
         self._in_read = False  # the listener runs inside a read (``_on_data`` writes once after it)
         self.messages_sent = 0
         self.messages_received = 0
+        self._keepalive_options = keepalive
+        self.keepalive: Keepalive | None = None  # made once connected
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._written = 0  # bytes handed to the socket transport so far
 
     def __repr__(self) -> str:
         counts = f"sent={self.messages_sent} received={self.messages_received}"
@@ -115,6 +130,8 @@ class SessionStream:
             "unread_messages": core.unread,
             "fast_data_frames": core.fast_frames,
             "finished": core.finished,
+            "pings_sent": self.keepalive.pings if self.keepalive is not None else 0,
+            "ping_rtt": self.keepalive.rtt if self.keepalive is not None else None,
         }
 
     async def send(self, msg: pb.WorkerMessage) -> None:
@@ -123,6 +140,26 @@ class SessionStream:
         Cancelling a waiting ``send`` does not withdraw the message: it is already queued whole.
         """
         await self._send_bytes(msg.SerializeToString(), framed=False)
+
+    def send_nowait(self, msg: pb.WorkerMessage) -> None:
+        """Queue one message whole and start writing it; never waits.
+
+        For an owner that must not stall on a slow link (the worker's driver): what it sends
+        is bounded by its own protocol, and a write that cannot drain ends the stream after
+        the keepalive timeout. Raises the stream's error if it can no longer send.
+        """
+        core = self._core
+        blocker = core.send_blocker()
+        if blocker is not None:
+            raise blocker
+        core.queue_message(msg.SerializeToString())
+        self._write_out()
+        self.messages_sent += 1
+
+    @property
+    def write_blocked(self) -> bool:
+        """Whether queued bytes wait (for the peer's flow-control window or a full socket)."""
+        return self._core.unflushed or self._write_paused
 
     async def send_raw(self, data: bytes, *, framed: bool = False) -> None:
         """Send raw message bytes (``framed=True``: already length-prefixed, sent verbatim)."""
@@ -180,11 +217,30 @@ class SessionStream:
         if not core.send_closed and core.error is not None:
             raise core.error
 
+    def close_send_nowait(self) -> None:
+        """Queue END_STREAM after every queued message; never waits (see :meth:`send_nowait`)."""
+        core = self._core
+        if core.send_closed or core.connection_closed:
+            return
+        core.close_send()
+        self._write_out()
+
+    def abort(self, error: ConveyorError) -> None:
+        """End the stream now with ``error`` and drop the socket without a goodbye (a dead link
+        would not carry one): every waiting ``send``, ``recv`` and ``close_send`` wakes up."""
+        self._stop_timer()
+        self._core.abandon(error)
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.abort()
+        self._notify()
+
     async def aclose(self) -> None:
         """Cancel the stream if still open and close the connection. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        self._stop_timer()
         self._core.cancel()
         self._write_now()  # RST_STREAM + GOAWAY go out before the close
         self._notify()
@@ -222,6 +278,57 @@ class SessionStream:
     def _attach(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         self._write_now()
+        if self._keepalive_options is not None:
+            self.keepalive = Keepalive(self._keepalive_options, self._loop.time())
+            self._core.on_ping_ack = self._on_ping_ack
+            self._arm()
+
+    # ---- keepalive -----------------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        """(Re)schedule the keepalive timer at the keepalive's next deadline."""
+        ka = self.keepalive
+        if ka is None or self._closed or self._core.connection_closed:
+            return
+        at = ka.next_deadline()
+        if self._timer is not None:
+            if at >= self._timer_at:
+                return
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self._loop.call_at(at, self._on_timer)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        ka, core, transport = self.keepalive, self._core, self._transport
+        if ka is None or transport is None or core.connection_closed:
+            return
+        buffered = transport.get_write_buffer_size()
+        if core.unflushed:  # waits for the peer's window: progress is bytes taken into h2
+            progress: tuple[str, int] | None = ("window", core.flushed)
+        elif buffered:  # waits for the socket: progress is bytes the kernel took
+            progress = ("socket", self._written - buffered)
+        else:
+            progress = None
+        action = ka.poll(self._loop.time(), progress)
+        if isinstance(action, PingNow):
+            core.send_ping(action.payload)
+            self._write_now()
+        elif isinstance(action, LinkDead):
+            log.debug("the connection to the server is dead: %s", action.reason)
+            self.abort(Unavailable(f"the connection to the server is dead: {action.reason}"))
+            return
+        self._arm()
+
+    def _on_ping_ack(self, payload: bytes) -> None:
+        ka = self.keepalive
+        if ka is not None and ka.acked(payload, self._loop.time()):
+            self._arm()
 
     def _write_out(self) -> None:
         # Nothing to write (most reads): no callback, so a job started in this turn runs first.
@@ -235,6 +342,7 @@ class SessionStream:
         transport = self._transport
         if data and transport is not None and not transport.is_closing():
             transport.write(data)
+            self._written += len(data)
         if self._core.connection_closed and transport is not None and not transport.is_closing():
             transport.close()
 
@@ -255,6 +363,7 @@ class SessionStream:
             self._inbound.fire()
 
     def _on_lost(self, exc: Exception | None) -> None:
+        self._stop_timer()
         self._core.connection_lost(exc)
         if not self._lost.done():
             self._lost.set_result(None)
@@ -290,7 +399,7 @@ async def open_session(
         server_hostname = (options.tls.server_hostname if options.tls else None) or target.host
     core = SessionCore(options.protocol, max_message=options.max_message)
     core.start(headers)  # queued before connecting: the server may talk first
-    stream = SessionStream(core, protocol=options.protocol)
+    stream = SessionStream(core, protocol=options.protocol, keepalive=options.keepalive)
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(options.connect_timeout):
@@ -307,5 +416,6 @@ async def open_session(
     except (OSError, TimeoutError) as exc:
         raise _connect.connect_error(exc, target) from None
     _connect.check_alpn(transport, target)
+    _connect.tune_socket(transport, options.keepalive)
     stream._attach(transport)
     return stream

@@ -43,7 +43,7 @@ from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, Ou
 from conveyor_sdk._worker.outcomes import cancelled_outcome, log_abandoned, log_finished, never_retried
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk._worker.unseal import run_opened, sealed
-from conveyor_sdk.errors import Code, ConveyorError, Internal, InvalidArgument, ProtocolError
+from conveyor_sdk.errors import Code, ConveyorError, Internal, InvalidArgument, ProtocolError, Unavailable
 
 __all__ = ["Driver", "WorkerHost"]
 
@@ -106,6 +106,7 @@ class Driver:
         self.parked = False  # True while the loop waits for an event (nothing mid-flight)
         self.armed: float | None = None  # when the parked loop's timer fires (None: no timer)
         self.welcomes_logged = 0  # the machine's Welcome count last logged (see _log_welcome)
+        self.last_error: str | None = None  # why the last session ended or could not open (None: Welcome)
         self.counters: dict[str, int] = {
             "jobs_started": 0,
             "handler_failures": 0,
@@ -191,12 +192,18 @@ class Driver:
         elif kind == "opened":
             await self._opened(event[1])
         elif kind == "stop":
-            # An explicit grace wins; otherwise the first stop drains, a second releases at once.
-            grace = (
-                event[1] if event[1] is not None else (0.0 if self.machine.draining else self.worker.grace)
-            )
-            self.log.info("draining (grace %.1fs)", grace)
-            await self._execute(self.machine.drain(now, grace))
+            await self._on_stop(event[1], now)
+
+    async def _on_stop(self, grace: float | None, now: float) -> None:
+        # An explicit grace wins; otherwise the first stop drains, a second releases at once.
+        if grace is None:
+            grace = 0.0 if self.machine.draining else self.worker.grace
+        self.log.info("draining (grace %.1fs)", grace)
+        await self._execute(self.machine.drain(now, grace))
+        if grace == 0 and self.stream is not None and self.stream.write_blocked:
+            # Stopping at once: bytes that wait to be written would hold the close back for up
+            # to the keepalive timeout. The server releases the session's tasks on the close.
+            await self._stream_ended(Unavailable("stopped at once while writes to the server waited"))
 
     def _execute_now(self, action: Action) -> bool:
         """Carry out an action that needs no waiting; False if it must be awaited."""
@@ -218,9 +225,9 @@ class Driver:
             if self._execute_now(action):
                 continue
             if isinstance(action, Send):
-                await self._send(action.message)
+                self._send(action.message)
             elif isinstance(action, CloseSend):
-                await self._close_send()
+                self._close_send()
             elif isinstance(action, Abort):
                 self.log.warning("aborting session: %s", action.error)
                 await self._stream_ended(action.error)
@@ -255,6 +262,7 @@ class Driver:
         now = time.time()
         if isinstance(result, ConveyorError):
             result = _unverified_is_fatal(result, self.worker.server)
+            self.last_error = result.message
             if result.code is not Code.INVALID_ARGUMENT:
                 self.log.warning("cannot connect to %s: %s", self.worker.server, result)
             await self._execute(self.machine.connection_lost(result, now))
@@ -335,6 +343,7 @@ class Driver:
     def _log_welcome(self) -> None:
         m = self.machine
         self.welcomes_logged = m.welcomes
+        self.last_error = None
         self.log.info("session %s established (server %s)", m.session_id, m.server_version)
 
     async def _read(self, stream: Any, epoch: int) -> None:
@@ -350,31 +359,30 @@ class Driver:
         except Exception as exc:  # isolation point: foreign errors become ConveyorError
             self.post(("eof", epoch, Internal(f"session stream failed: {exc!r}")))
 
-    async def _send(self, msg: pb.WorkerMessage) -> None:
+    def _send(self, msg: pb.WorkerMessage) -> None:
+        """Queue ``msg`` on the stream; never waits, so a stuck write cannot stall this loop (its
+        timers, a drain, a second signal). The stream's keepalive ends a write that cannot drain."""
         stream, epoch = self.stream, self.stream_epoch
         if stream is None:
             return
         try:
-            await stream.send(msg)
+            stream.send_nowait(msg)
         except ConveyorError as exc:
             self.post(("eof", epoch, exc))
         except Exception as exc:  # isolation point
             self.post(("eof", epoch, Internal(f"send failed: {exc!r}")))
 
-    async def _close_send(self) -> None:
-        stream, epoch = self.stream, self.stream_epoch
-        if stream is None:
-            return
-        try:
-            await stream.close_send()
-        except ConveyorError as exc:
-            self.post(("eof", epoch, exc))
+    def _close_send(self) -> None:
+        """Half-close after what is queued; the machine's close timeout bounds the wait for the end."""
+        if self.stream is not None:
+            self.stream.close_send_nowait()
 
     async def _stream_ended(self, error: ConveyorError | None) -> None:
         stream, reader = self.stream, self.reader
         self.stream, self.reader = None, None
         self.stream_epoch = -1
         if error is not None:
+            self.last_error = error.message
             self.log.warning("session ended: %s", error)
         elif self.machine.draining:  # our half-close after the drain; the server only answered it
             self.log.info("session closed: this worker drained and ended it")

@@ -20,6 +20,7 @@ from conveyor_sdk._protocol.backoff import Backoff, parse_addresses
 from conveyor_sdk._protocol.hello import SessionConfig
 from conveyor_sdk._protocol.session import WorkerSession
 from conveyor_sdk._transport import TLSOptions, TransportOptions, eventloop, open_session
+from conveyor_sdk._transport.keepalive import DEFAULT_INTERVAL, DEFAULT_TIMEOUT, KeepaliveOptions
 from conveyor_sdk._version import __version__
 from conveyor_sdk._worker.driver import Driver
 from conveyor_sdk._worker.executor import Executor
@@ -57,6 +58,12 @@ class Worker:
         task_log: one INFO line per finished task (id, type, duration, retried n/max); turn
             it off for very high task rates. Failed attempts are logged either way.
         reconnect_base / reconnect_max: §5.9 backoff base and cap in seconds (0.5 and 30).
+        keepalive_interval / keepalive_timeout: an HTTP/2 PING goes to the server every
+            ``keepalive_interval`` seconds (5); one unanswered for ``keepalive_timeout`` (10),
+            or a write that makes no progress that long, ends the session as transient, and
+            the worker reconnects (to the next address, if it has several). A dead link is
+            so noticed 10-15 s after its last answer, well before a lease lapses. Ignored
+            when ``transport_options`` is given (its ``keepalive`` counts).
     """
 
     def __init__(
@@ -81,6 +88,8 @@ class Worker:
         task_log: bool = True,
         reconnect_base: float = 0.5,
         reconnect_max: float = 30.0,
+        keepalive_interval: float = DEFAULT_INTERVAL,
+        keepalive_timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         # Validate now: a bad queue/weight/concurrency never reaches the network.
         self._config = SessionConfig.build(
@@ -95,6 +104,7 @@ class Worker:
         self.servers = parse_addresses(server)
         self._backoff_args = (reconnect_base, reconnect_max)
         Backoff(base=reconnect_base, cap=reconnect_max)  # validates both now, not at run()
+        self.keepalive = KeepaliveOptions(keepalive_interval, keepalive_timeout)  # ValueError if bad
         self.concurrency = concurrency
         self.grace = grace
         self.token = token
@@ -128,6 +138,12 @@ class Worker:
     @property
     def reconnect_max(self) -> float:
         return self._backoff_args[1]
+
+    @property
+    def last_session_error(self) -> str | None:
+        """Why the last session ended or could not open (None once a session is established)."""
+        driver = self._driver
+        return driver.last_error if driver is not None else None
 
     @property
     def queues(self) -> Mapping[str, int]:
@@ -250,5 +266,6 @@ class Worker:
             token=self.token,
             protocol=self.protocol,
             tls=self.tls,
+            keepalive=self.keepalive,
         )
         return open_session, opts
