@@ -295,6 +295,7 @@ def run_worker_command(
     reconnect: tuple[str, str] = ("500ms", "30s"),
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
+    from conveyor_cli._demo import demo_producer
     from conveyor_sdk._runtime.logs import parse_level
     from conveyor_sdk._runtime.rss import check_memory_limit
     from conveyor_sdk._runtime.supervisor import SupervisorConfig
@@ -348,7 +349,7 @@ def run_worker_command(
         metrics_host=metrics_host,
         log_format=log_format,
         log_level=log_level.lower(),
-        demo=demo,
+        demo=demo_producer(app_spec, token) if demo else None,
         live=sys.stderr.isatty() and log_format == "text",
         encryption=encryption,
         embedded_db=embedded_db or None,

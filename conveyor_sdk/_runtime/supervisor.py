@@ -81,7 +81,9 @@ class SupervisorConfig:
     metrics_host: str = "127.0.0.1"
     log_format: str = "text"
     log_level: str = "info"
-    demo: bool = False
+    # --demo: the producer, called with the server URL once the worker runs. The CLI builds it, so the
+    # runtime never imports a client (CONTRIBUTING.md, "Layers").
+    demo: Callable[[str], Awaitable[None]] | None = None
     live: bool = False
     kill_grace: float = 2.0
     hung_after: float = 10.0
@@ -294,8 +296,8 @@ class Supervisor:
         if cfg.reload and self.executor is not None:
             root = app_directory(self.module_file)
             self._spawn(watch(root, self._reload_for_files))
-        if cfg.demo:
-            self._spawn(self._demo())
+        if cfg.demo is not None:
+            self._spawn(cfg.demo(self.server_url))
         if cfg.live:
             from conveyor_sdk._runtime.live import run_live
 
@@ -321,20 +323,6 @@ class Supervisor:
             log.warning("reload needs --processes >= 1; ignored")
             return
         await self.executor.reload()
-
-    async def _demo(self) -> None:
-        import importlib
-
-        from conveyor_sdk.client import Client
-
-        module = importlib.import_module(self.config.app.partition(":")[0])
-        producer: Callable[[Any], Awaitable[None]] | None = getattr(module, "demo", None)
-        if producer is None:
-            log.warning("--demo: module %s has no demo(client) function", module.__name__)
-            return
-        async with Client(self.server_url, token=self.config.token) as client:
-            log.info("demo producer running")
-            await producer(client)
 
     async def _start_metrics(self) -> MetricsServer | None:
         if self.config.metrics_port is None:
