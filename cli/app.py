@@ -18,6 +18,7 @@ from conveyor_cli import (
     limits_cmd,
     server_cmd,
     tasks_extra,
+    tasks_list,
     worker_cmd,
 )
 from conveyor_cli._network import CA_ENV
@@ -65,6 +66,7 @@ server_cmd.register(app)
 worker_cmd.register(app)
 client_cmds.register(app)
 tasks_extra.register(app)
+tasks_list.register(app)
 cron_cmd.register(app)
 limits_cmd.register(app)
 events_cmd.register(app)

@@ -28,7 +28,6 @@ from conveyor_cli._client_render import (
     emit_results,
     emit_sessions,
     emit_task,
-    emit_tasks,
 )
 from conveyor_cli._enqueue_app import apply_app
 from conveyor_cli._network import CA_ENV, describe
@@ -245,29 +244,6 @@ def tasks_get(
         except NotFound:
             not_found(id)
         emit_task(info, output)
-
-
-@tasks.command("ls")
-def tasks_ls(  # noqa: PLR0917  # typer maps each option to one parameter
-    queue: Annotated[str | None, Opt("--queue", "-q", help="Only this queue.")] = None,
-    state: Annotated[str | None, Opt("--state", "-s", help="pending, scheduled, archived, ...")] = None,
-    limit: Annotated[int, Opt("--limit", "-n", help="Page size (1..1000).")] = 50,
-    page_token: Annotated[str, Opt("--page-token", help="Continue after this id.")] = "",
-    all_pages: Annotated[bool, Opt("--all", help="Follow pages until the end.")] = False,
-    output: OutputOpt = Output.table,
-    server: Server = DEFAULT,
-    token: Token = None,
-) -> None:
-    """List tasks, newest first."""
-    _common.check_range("--limit", limit, 1, 1000)
-    with client_for(server, token) as client:
-        if all_pages:
-            emit_tasks(list(client.admin.iter_tasks(queue=queue, state=state, page_size=limit)), output)
-            return
-        page = client.admin.list_tasks(queue=queue, state=state, limit=limit, page_token=page_token)
-        emit_tasks(page.tasks, output)
-        if page.next_page_token and output is Output.table:
-            _common.err_console.print(f"more: --page-token {escape(page.next_page_token)}")
 
 
 def _cancel_one_by_one(client: SyncClient, results: list[TaskActionResult]) -> list[TaskActionResult]:

@@ -1,10 +1,11 @@
 """``conveyor events``: a live stream of task lifecycle events (WatchEvents) until Ctrl-C.
 
-``--queue`` and ``--type`` filter on the server; ``--state`` and ``--task`` filter here (the RPC has
-no such fields). When the connection drops (a server restart), the command says so on stderr,
-retries with capped backoff and says when it is watching again; events emitted while it was
-disconnected are not replayed (WatchEvents has no cursor). The first connection failing is an
-error, as is any refusal that a retry cannot fix (auth, events disabled). Ctrl-C exits 0.
+``--queue`` and ``--type`` (the event type) filter on the server; ``--task-type``, ``--state`` and
+``--task`` filter here (the RPC has no such fields). When the connection drops (a server restart),
+the command says so on stderr, retries with capped backoff and says when it is watching again;
+events emitted while it was disconnected are not replayed (WatchEvents has no cursor). The first
+connection failing is an error, as is any refusal that a retry cannot fix (auth, events disabled).
+Ctrl-C exits 0.
 """
 
 from __future__ import annotations
@@ -46,9 +47,14 @@ class _Filter:
     types: tuple[TaskEventType, ...]
     states: frozenset[TaskState]
     tasks: frozenset[str]
+    task_types: frozenset[str] = frozenset()
 
     def wants(self, event: TaskEvent) -> bool:
-        return (not self.states or event.state in self.states) and (not self.tasks or event.id in self.tasks)
+        return (
+            (not self.states or event.state in self.states)
+            and (not self.tasks or event.id in self.tasks)
+            and (not self.task_types or event.type in self.task_types)
+        )
 
 
 def _notice(message: str) -> None:
@@ -123,13 +129,18 @@ async def _watch(
         delay = min(delay * 2, _MAX_DELAY)
 
 
-def _filter(queues: list[str], types: list[str], states: list[str], tasks: list[str]) -> _Filter:
+def _filter(
+    queues: list[str], types: list[str], states: list[str], tasks: list[str], task_types: list[str]
+) -> _Filter:
+    if "" in task_types:
+        fail("--task-type needs a task type, e.g. --task-type email:welcome")
     try:
         return _Filter(
             queues=tuple(queue_name(q) for q in queues),
             types=tuple(TaskEventType.parse(t) for t in types),
             states=frozenset(TaskState.parse(s) for s in states),
             tasks=frozenset(tasks),
+            task_types=frozenset(task_types),
         )
     except ValueError as exc:
         fail(str(exc))
@@ -173,12 +184,20 @@ def events(  # noqa: PLR0917  # typer maps each option to one parameter
         list[str] | None, typer.Option("--state", "-s", help="Only events leaving the task in this state.")
     ] = None,
     task: Annotated[list[str] | None, typer.Option("--task", help="Only this task id (repeatable).")] = None,
+    task_type: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--task-type",
+            help="Only events of tasks of this type (repeatable; filtered here: WatchEvents has no such "
+            "field). --type is the event type.",
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
     server: Server = DEFAULT,
     token: Token = None,
 ) -> None:
     """Stream task lifecycle events, one line each (``-o json``: JSON lines), until Ctrl-C."""
-    flt = _filter(queue or [], type_ or [], state or [], task or [])
+    flt = _filter(queue or [], type_ or [], state or [], task or [], task_type or [])
     try:
         asyncio.run(_main(server, token, flt, output))
     except KeyboardInterrupt:

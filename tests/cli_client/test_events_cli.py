@@ -171,3 +171,24 @@ def test_events_on_a_terminal_are_coloured_lines(server_url: str) -> None:
         os.close(main)
     line = next(x for x in seen.decode().splitlines() if any(t in x for t in tids))
     assert line.startswith("\x1b[") and "scheduled" in line and "attempt=0" in line
+
+
+def test_events_task_type_filter(server_url: str, watchers: Callable[..., tuple]) -> None:
+    """--task-type (repeatable) shows only events of tasks of those types; --type stays the event type."""
+    queue = uid("q")
+    proc, out, err = watchers(server_url, "-o", "json", "--queue", queue, "--task-type", "mail",
+                              "--task-type", "sms", "--type", "scheduled")  # fmt: skip
+    err.expect(lambda line: "watching" in line)
+    with SyncClient(server_url) as client:
+        _until_streaming(out, lambda: client.enqueue("mail", None, queue=queue, process_in=3600).id)
+        other = client.enqueue("push", None, queue=queue, process_in=3600).id
+        sms = client.enqueue("sms", None, queue=queue, process_in=3600).id
+        due = client.enqueue("mail", None, queue=queue).id  # an `enqueued` event: not a `scheduled` one
+        last = client.enqueue("mail", None, queue=queue, process_in=3600).id
+    out.expect(lambda line: _event(line).get("id") == last)
+    shown = [_event(line) for line in out.seen if _event(line)]
+    assert sms in {e["id"] for e in shown}
+    assert not {other, due} & {e["id"] for e in shown}
+    assert {e["type"] for e in shown} <= {"mail", "sms"} and {e["event"] for e in shown} == {"scheduled"}
+    assert _stop(proc) == 0
+    assert_one_line_error(run(server_url, "events", "--task-type", ""), "--task-type needs a task type")

@@ -67,29 +67,62 @@ def test_set_on_an_unknown_queue_warns_but_applies(url: str) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("ratelimit", "set", "q", "--rate", "-5"), "--rate must be greater than 0"),
-        (("ratelimit", "set", "q", "--rate", "0/s"), "--rate must be greater than 0"),
+        (("ratelimit", "set", "q", "--rate", "-5"), "--rate must be a finite number greater than 0"),
+        (("ratelimit", "set", "q", "--rate", "0/s"), "--rate must be a finite number greater than 0"),
+        (("ratelimit", "set", "q", "--rate", "1e999"), "--rate must be a finite number greater than 0"),
         (("ratelimit", "set", "q", "--rate", "fast"), "use tasks per second"),
-        (("ratelimit", "set", "q", "--rate", "5", "--burst", "0"), "--burst must be at least 1"),
+        (
+            ("ratelimit", "set", "q", "--rate", "5", "--burst", "0"),
+            "--burst must be between 1 and 2147483647, got 0",
+        ),
+        (
+            ("ratelimit", "set", "q", "--rate", "5", "--burst", "2147483648"),
+            "--burst must be between 1 and 2147483647, got 2147483648",
+        ),
         (("ratelimit", "set", "bad queue", "--rate", "5"), "invalid queue name"),
         (("ratelimit", "rm", "no-such-queue"), "has no rate limit"),
-        (("concurrency", "set", "q", "--limit", "0"), "--limit must be at least 1"),
-        (("concurrency", "set", "q", "--limit", "-1"), "--limit must be at least 1"),
+        (("concurrency", "set", "q", "--limit", "0"), "--limit must be between 1 and 2147483647, got 0"),
+        (("concurrency", "set", "q", "--limit", "-1"), "--limit must be between 1 and 2147483647, got -1"),
+        (("concurrency", "set", "q", "--limit", "4294967296"), "--limit must be between 1 and 2147483647"),
         (("concurrency", "rm", "no-such-queue"), "has no concurrency limit"),
-        (("group", "set", "q", "--max-size", "3"), "group set needs --max-delay, --grace-period"),
+        (
+            ("group", "set", "q", "--max-size", "3"),
+            "group set needs --max-delay D (> 0, e.g. 1m), --grace-period D (> 0, e.g. 10s)",
+        ),
+        (("group", "set", "q", "g"), "group set needs --max-size N (1..2147483647), --max-delay D"),
+        (
+            ("group", "set", "q", "g", "--max-size", "0", "--max-delay", "1m", "--grace", "1s"),
+            "--max-size must be between 1 and 2147483647, got 0",
+        ),
         (
             ("group", "set", "q", "--max-size", "-1", "--max-delay", "1m", "--grace", "1s"),
-            "--max-size must be at least 1",
+            "--max-size must be between 1 and 2147483647, got -1",
+        ),
+        (
+            ("group", "set", "q", "--max-size", "2147483648", "--max-delay", "1m", "--grace", "1s"),
+            "--max-size must be between 1 and 2147483647, got 2147483648",
         ),
         (
             ("group", "set", "q", "--max-size", "3", "--max-delay", "soon", "--grace", "1s"),
-            "invalid duration",
+            "--max-delay: invalid duration",
+        ),
+        (
+            ("group", "set", "q", "--max-size", "3", "--max-delay", "0s", "--grace", "1s"),
+            "--max-delay must be greater than 0 and at most 315576000000 s",
+        ),
+        (
+            ("group", "set", "q", "--max-size", "3", "--max-delay", "1m", "--grace", "inf"),
+            "--grace-period must be greater than 0",
+        ),
+        (
+            ("group", "set", "q", "--max-size", "3", "--max-delay", "99999999h", "--grace", "1s"),
+            "at most 315576000000 s (10,000 years)",
         ),
         (("group", "rm", "no-such-queue", "g"), "has no override for group 'g'"),
     ],
 )
 def test_limits_bad_input_is_one_line(url: str, args: tuple[str, ...], message: str) -> None:
-    """Negative or zero values, bad names and removing what is not set: one `error:` line, exit 1."""
+    """Out-of-range numbers (the error says the range), bad names, removing unset ones: one line, exit 1."""
     assert_one_line_error(run(url, *args), message)
 
 
