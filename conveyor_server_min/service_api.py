@@ -120,4 +120,7 @@ class EngineConfig:
     server_version: str = "v0.1.0"
     min_sdk_version: str = "v0.0.0-0"
     events_enabled: bool = True
+    # A session holding leases that sends nothing for this many heartbeat intervals is closed and
+    # its tasks released (docs/server-engine.md, "Silent sessions"); 0 turns the rule off.
+    silent_session_intervals: float = 3.0
     extras: Mapping[str, str] = field(default_factory=dict)

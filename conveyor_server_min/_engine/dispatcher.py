@@ -10,7 +10,10 @@ Rules (protocol document §5.4-5.5, §5.11):
 * paused queues dispatch nothing; rate limits gate each dispatch; a task whose
   concurrency key is saturated is parked until a slot on that key frees;
 * a fired group goes as one BatchDispatch (one slot) to a session that listed
-  the group's type in ``batch_types``.
+  the group's type in ``batch_types``;
+* a task whose lease lapsed in a session is not offered straight back to it: it goes to
+  another session serving its queue that has a free slot, and to the same session only
+  when none has one and that session was heard from after the lapse (:meth:`declines`).
 
 ``pump()`` runs until no queue can make progress. Outbound frames are handed to
 each session's ``sink`` synchronously; nothing here awaits.
@@ -156,15 +159,43 @@ class Dispatcher:
     def _fill(self, session: SessionState, now: int) -> int:
         """Give ``session``'s free slots to its ready queues (SWRR over its weights)."""
         made = 0
+        declined: set[str] = set()  # queues whose ready tasks this session declines (see declines)
         while session.free > 0 and session.id in self.sessions:
             ready = self._ready_queues(session, now)
+            if declined:
+                ready = [r for r in ready if r[0] not in declined]
             if not ready:
                 break
             target = ready[0][0] if len(ready) == 1 else swrr_pick(session.queue_swrr, ready)
-            task = self.broker.pop_ready(target, now)
-            if task is not None:
+            task = self._take(session, target, now)
+            if task is None:
+                declined.add(target)
+            else:
                 made += self._offer(session, target, task, now)
         return made
+
+    def _take(self, session: SessionState, queue: str, now: int) -> Task | None:
+        """Pop the first ready task of ``queue`` that ``session`` does not decline; the declined
+        ones stay ready, in their order. Costs one pop unless the head lapsed in this session."""
+        task = self.broker.pop_ready(queue, now)
+        if task is None or not self.declines(session, task):
+            return task
+        aside = [task]
+        while (task := self.broker.pop_ready(queue, now)) is not None and self.declines(session, task):
+            aside.append(task)
+        for held in aside:
+            self.broker.requeue(held, now)
+        return task
+
+    def declines(self, session: SessionState, task: Task) -> bool:
+        """Whether ``task`` must not go to ``session`` now: its lease lapsed there, and another
+        session serving the queue has a free slot, or ``session`` sent nothing since the lapse."""
+        if task.lapsed_in != session.id:
+            return False
+        if session.last_heard < task.lapsed_at:
+            return True
+        serving = self._serving.get(task.queue, {})
+        return any(other.free > 0 for other in serving.values() if other is not session)
 
     def _ready_queues(self, session: SessionState, now: int) -> list[tuple[str, int]]:
         """The session's queues that can dispatch now, in Hello order, with their weights."""
@@ -191,10 +222,15 @@ class Dispatcher:
             chosen = swrr_pick(current, [(s.id, s.queues[queue]) for s in sessions])
             session = self.sessions[chosen]
         target = self._pick_queue(session, queue, now)
-        task = self.broker.pop_ready(target, now)
+        task = self._take(session, target, now)
         if task is not None:
             self._offer(session, target, task, now)
-        return True
+            return True
+        for other in sessions:  # the chosen session declined every ready task: offer them elsewhere
+            if other is not session and (task := self._take(other, queue, now)) is not None:
+                self._offer(other, queue, task, now)
+                return True
+        return False
 
     def _queue_ready(self, queue: str, now: int) -> bool:
         """Whether ``queue`` can dispatch now; if not it leaves ``_has_work`` until marked again (every
@@ -235,7 +271,7 @@ class Dispatcher:
         self._lease_seq += 1
         self.transitions.activate(task, session.id, self._lease_seq, now)
         self._delivery_seq += 1
-        session.add(Delivery(self._delivery_seq, {task.id: self._lease_seq}))
+        session.add(Delivery(self._delivery_seq, {task.id: self._lease_seq}), now)
         session.sink(DispatchAction(task, self.deadline_for(task, now)))
         return 1
 
@@ -270,7 +306,7 @@ class Dispatcher:
         for task in batch:
             self.transitions.activate(task, chosen.id, self._lease_seq, now)
         self._delivery_seq += 1
-        chosen.add(Delivery(self._delivery_seq, {t.id: self._lease_seq for t in batch}, batch=True))
+        chosen.add(Delivery(self._delivery_seq, {t.id: self._lease_seq for t in batch}, batch=True), now)
         deadline = min(self.deadline_for(t, now) for t in batch)
         chosen.sink(BatchAction(tuple(batch), deadline, bucket.group))
         return True

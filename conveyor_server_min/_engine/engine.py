@@ -14,13 +14,13 @@ from typing import Any, TypeVar, overload
 
 from conveyor_sdk.errors import AlreadyExists
 from conveyor_server_min._engine.broker import Broker, GroupBucket, MemoryBroker
-from conveyor_server_min._engine.clock import Clock, SystemClock, from_seconds
+from conveyor_server_min._engine.clock import Clock, SystemClock, from_seconds, to_seconds
 from conveyor_server_min._engine.dispatcher import Dispatcher
 from conveyor_server_min._engine.events import EventHub
 from conveyor_server_min._engine.limits import GroupConfig
 from conveyor_server_min._engine.metrics import Gauges, render
 from conveyor_server_min._engine.model import EventType, Outcome, State, Task
-from conveyor_server_min._engine.sessions import Action, CancelAction, Delivery, SessionState
+from conveyor_server_min._engine.sessions import Action, CancelAction, CloseAction, Delivery, SessionState
 from conveyor_server_min._engine.transitions import Transitions
 from conveyor_server_min._engine.ulid import UlidGenerator
 from conveyor_server_min.service_api import EngineConfig
@@ -54,6 +54,8 @@ class Engine:
         self.dispatcher = Dispatcher(self.broker, self.clock, self.config, self.transitions)
         self.group_configs: dict[tuple[str, str], GroupConfig] = {}
         self.started_at = self.clock.now()
+        self.heartbeat_interval = from_seconds(self.config.lease_ttl) // 3  # as the Welcome announces
+        self.silence_bound = round(self.heartbeat_interval * self.config.silent_session_intervals)
         self.on_timer_change: Callable[[], None] = lambda: None
         self._grown: list[Task] = []  # AGGREGATING tasks committed since the last _after_commit
         for queue in self.broker.queues_with_due_work(self.started_at):  # rows a store already holds
@@ -185,6 +187,7 @@ class Engine:
             labels=dict(labels or {}),
             batch_types=frozenset(batch_types),
         )
+        session.last_heard = session.connected_at
         self.dispatcher.register(session)
         return session
 
@@ -195,6 +198,9 @@ class Engine:
 
     def close_session(self, session: SessionState) -> None:
         """Release every task still leased to the session (no retry charge), then forget it."""
+        self._close(session, self.transitions.release)
+
+    def _close(self, session: SessionState, release: Callable[[Task, int], None]) -> None:
         if session.id not in self.dispatcher.sessions:
             return
         self.dispatcher.unregister(session)
@@ -203,9 +209,41 @@ class Engine:
             for task_id, lease_id in list(delivery.members.items()):
                 task = self._leased(task_id, lease_id)
                 if task is not None:
-                    self.transitions.release(task, now)
+                    release(task, now)
             session.remove(delivery)
         self.pump()
+
+    def heard(self, session: SessionState) -> None:
+        """The worker sent a frame (any kind): it is alive, and its silence clock restarts."""
+        session.last_heard = self.now()
+
+    def close_silent(self) -> int:
+        """Close every session that holds deliveries and sent nothing for ``silence_bound``.
+
+        Such a worker is gone or cut off (a partition, a dead NAT entry, a frozen process): it must
+        heartbeat every interval while it holds a task (§5.6). Its stream is ended (a
+        :class:`CloseAction` to its sink) and its tasks released as on any close (§5.10), so the
+        server stops feeding it and the work moves on without waiting for the leases to lapse.
+        Runs before every lease-expiry pass (see ``Ticker``), which makes a silent session's close
+        win over its leases' lapse. Returns how many sessions it closed.
+        """
+        bound = self.silence_bound
+        if bound <= 0:
+            return 0
+        now = self.now()
+        silent = [
+            s for s in self.dispatcher.sessions.values() if s.deliveries and now - s.quiet_since >= bound
+        ]
+        for session in silent:
+            quiet = to_seconds(now - session.quiet_since)
+            log.warning("session %s sent nothing for %.1fs holding tasks; closing it", session.id, quiet)
+            reason = (
+                f"session closed by the server: nothing received for {quiet:.1f}s while holding tasks "
+                f"(heartbeat interval {to_seconds(self.heartbeat_interval):g}s)"
+            )
+            self._close(session, self.transitions.silenced)
+            session.sink(CloseAction(reason))
+        return len(silent)
 
     def _leased(self, task_id: str, lease_id: int) -> Task | None:
         task = self.broker.get(task_id)
@@ -259,15 +297,14 @@ class Engine:
             elif task_id not in delivery.cancel_sent:
                 delivery.cancel_sent.add(task_id)
                 session.sink(CancelAction(task_id))
-        freed = False
         for delivery in list(session.deliveries.values()):
             for task_id, lease_id in list(delivery.members.items()):
                 if task_id not in listed and self._leased(task_id, lease_id) is None:
                     session.forget_member(delivery, task_id)
-                    freed = freed or not delivery.members
-        if freed:
-            self.dispatcher.mark_session(session)
-            self.pump()
+        # Always look for work: a slot may have freed, and a task whose lease lapsed here waits for a
+        # sign of life from this session when no other session can take it (Dispatcher.declines).
+        self.dispatcher.mark_session(session)
+        self.pump()
 
     def credit(self, session: SessionState, n: int) -> None:
         """Restore up to ``n`` slots held by deliveries whose leases were all lost (never above capacity)."""

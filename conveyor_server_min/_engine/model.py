@@ -139,6 +139,10 @@ class Task:
     unique_until: int | None = None
     waiting_on: dict[str, FailurePolicy] = field(default_factory=dict)
     token: int = 0
+    # dispatch hints, in memory only (a restart forgets them, which only loses a preference):
+    lapsed_in: str = ""  # session whose lease on this task lapsed last (not offered it straight back)
+    lapsed_at: int = 0  # when that lease lapsed
+    silent_releases: int = 0  # times released because its session went silent (see close_silent)
 
     def __repr__(self) -> str:
         return f"Task(id={self.id!r}, queue={self.queue!r}, type={self.type!r}, state={self.state.name})"

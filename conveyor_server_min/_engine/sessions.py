@@ -18,6 +18,7 @@ __all__ = [
     "Action",
     "BatchAction",
     "CancelAction",
+    "CloseAction",
     "Delivery",
     "DispatchAction",
     "SessionState",
@@ -49,7 +50,14 @@ class CancelAction:
     task_id: str
 
 
-Action = DispatchAction | BatchAction | CancelAction
+@dataclass(frozen=True, slots=True)
+class CloseAction:
+    """End the session's stream (the engine already released its tasks and forgot it)."""
+
+    reason: str
+
+
+Action = DispatchAction | BatchAction | CancelAction | CloseAction
 
 
 @dataclass(slots=True, eq=False)
@@ -79,13 +87,22 @@ class SessionState:
     queue_swrr: dict[str, int] = field(default_factory=dict)
     work: dict[str, None] = field(default_factory=dict)  # own queues that may hold ready tasks
     dispatched: int = 0
+    last_heard: int = 0  # when the worker last sent a frame (the Hello, at first)
+    busy_since: int = 0  # when its first open delivery opened (its silence clock starts no earlier)
+
+    @property
+    def quiet_since(self) -> int:
+        """Start of the silence that counts: the last frame, or the first lease if that came later."""
+        return max(self.last_heard, self.busy_since)
 
     @property
     def free(self) -> int:
         return self.concurrency - len(self.deliveries)
 
-    def add(self, delivery: Delivery) -> None:
+    def add(self, delivery: Delivery, now: int) -> None:
         """Open a delivery; an older delivery of the same task (a lost lease) is superseded."""
+        if not self.deliveries:
+            self.busy_since = now
         self.deliveries[delivery.id] = delivery
         for task_id in delivery.members:
             old = self.by_task.get(task_id)

@@ -33,6 +33,7 @@ _EVENT_FOR_STATE = {
     State.CANCELED: EventType.CANCELED,
 }
 LEASE_EXPIRED = "lease expired"
+SESSION_SILENT = "session went silent"
 EXPIRED = "task expired before dispatch"
 CASCADE_CANCELED = "canceled by failed dependency"
 
@@ -156,13 +157,27 @@ class Transitions:
             cap = policy.max if policy.max > 0 else cap
         return backoff_delay(strategy, base, cap, task.retried, self.rand)
 
-    def lease_expired(self, task: Task, now: int) -> None:
-        task.last_error = LEASE_EXPIRED
+    def lease_expired(self, task: Task, now: int, reason: str = LEASE_EXPIRED) -> None:
+        """A lapsed lease: charged a retry (§5.6), due at once; not offered straight back to the
+        session it lapsed in (``Dispatcher.declines``)."""
+        task.lapsed_in, task.lapsed_at = task.session_id, now
+        task.last_error = reason
         if task.retried >= task.max_retry:
             self.move(task, State.ARCHIVED, now)
         else:
             task.retried += 1
             self.move(task, State.RETRY, now, due=now)
+
+    def silenced(self, task: Task, now: int) -> None:
+        """A task of a session closed for silence: released with no charge, as on any close
+        (§5.10). A task that was already released that way once is charged instead, as for a
+        lapsed lease: a task that freezes every worker it reaches must still meet its retry bound
+        (the poison-pill bound of §5.10), while one partitioned worker costs it nothing."""
+        if task.silent_releases:
+            self.lease_expired(task, now, SESSION_SILENT)
+        else:
+            task.silent_releases = 1
+            self.release(task, now)
 
     def expire(self, task: Task, now: int) -> None:
         task.last_error = EXPIRED

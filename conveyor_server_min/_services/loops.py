@@ -1,4 +1,4 @@
-"""The background timer loop: promoter, reaper, group sweeper and due-work wake-ups.
+"""The background timer loop: promoter, silent-session closer, reaper, group sweeper, wake-ups.
 
 One asyncio task drives the engine's maintenance on the configured intervals
 and wakes early when the engine reports an earlier timer (a retry backoff that
@@ -54,7 +54,8 @@ class Ticker:
         jobs = [
             (cfg.promote_interval, self.engine.promote),
             (cfg.promote_interval, self._extra or (lambda: None)),
-            (cfg.reap_interval, self.engine.reap),
+            (cfg.promote_interval, self.engine.close_silent),
+            (cfg.reap_interval, self.reap),
             (cfg.group_sweep_interval, self.engine.sweep_groups),
         ]
         due = [time.monotonic() + interval for interval, _ in jobs]
@@ -77,6 +78,13 @@ class Ticker:
             self._kick.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), delay)
+
+    def reap(self) -> None:
+        """The reaper pass. Silent sessions are closed first, so their tasks are released free
+        rather than charged as lapsed leases (a silent session's bound never comes after its
+        leases' lapse, so both can be due in one pass)."""
+        self._safely(self.engine.close_silent)
+        self.engine.reap()
 
     def _safely(self, job: object) -> None:
         try:

@@ -13,12 +13,13 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import ConveyorError, Internal, ProtocolError, Unavailable
 from conveyor_server_min._engine.engine import Engine
 from conveyor_server_min._engine.model import Outcome
-from conveyor_server_min._engine.sessions import Action, BatchAction, CancelAction, SessionState
+from conveyor_server_min._engine.sessions import Action, BatchAction, CancelAction, CloseAction, SessionState
 from conveyor_server_min._services.bounds import truncate
 from conveyor_server_min._services.convert import fill_envelope, set_timestamp
 from conveyor_server_min._services.hello import check_hello, welcome
@@ -36,6 +37,8 @@ Gate = Callable[[], Awaitable[None]]
 def server_message(action: Action) -> pb.ServerMessage:
     """Encode an engine action as a ServerMessage (at the moment it is produced)."""
     msg = pb.ServerMessage()
+    if isinstance(action, CloseAction):
+        raise TypeError("CloseAction ends the stream; it is not a frame")
     if isinstance(action, CancelAction):
         msg.cancel.task_id = action.task_id
     elif isinstance(action, BatchAction):
@@ -132,10 +135,11 @@ class SessionHandler:
             raise Unavailable("node is shutting down; reconnect to another node")
         outbox = Outbox(send_nowait, self.gate)
         holder: list[SessionState] = []
+        closed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         session = self.engine.open_session(
             queues=dict(hello.queues),
             concurrency=hello.concurrency,
-            sink=lambda action: self._deliver(holder[0], outbox, action),
+            sink=lambda action: self._deliver(holder[0], outbox, action, closed),
             sdk_version=hello.sdk_version,
             labels=dict(hello.labels),
             batch_types=list(hello.batch_types),
@@ -148,7 +152,7 @@ class SessionHandler:
         log.debug("session %s opened from %s: %r", session.id, ctx.peer, session)
         try:
             self.engine.start_session(session)
-            await self._run(session, frames, outbox, send, stop)
+            await self._run(session, frames, outbox, send, stop, closed=closed)
         finally:
             self.engine.close_session(session)
             self._live.pop(session.id, None)
@@ -156,9 +160,16 @@ class SessionHandler:
                 self._idle.set()
             log.debug("session %s closed", session.id)
 
-    def _deliver(self, session: SessionState, outbox: Outbox, action: Action) -> None:
+    def _deliver(
+        self, session: SessionState, outbox: Outbox, action: Action, closed: asyncio.Future[str]
+    ) -> None:
         """Encode ``action`` into the outbox. A task that cannot be encoded is archived (on the next
-        loop turn, outside the dispatcher) instead of ending the session or stalling other tasks."""
+        loop turn, outside the dispatcher) instead of ending the session or stalling other tasks.
+        A :class:`CloseAction` (the engine closed a silent session) ends the stream instead."""
+        if isinstance(action, CloseAction):
+            if not closed.done():
+                closed.set_result(action.reason)
+            return
         try:
             msg = server_message(action)
         except Exception:  # isolation point: one bad row must not take the worker's session down
@@ -182,16 +193,22 @@ class SessionHandler:
         outbox: Outbox,
         send: Send,
         stop: asyncio.Event,
+        *,
+        closed: asyncio.Future[str],
     ) -> None:
         reader = asyncio.ensure_future(self._read(session, frames, outbox))
         writer = asyncio.ensure_future(outbox.drain(send))
         stopper = asyncio.ensure_future(stop.wait())
+        waiters: set[asyncio.Future[Any]] = {reader, writer, stopper, closed}
         try:
-            done, _ = await asyncio.wait({reader, writer, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (reader, writer, stopper):
                 task.cancel()
             await asyncio.gather(reader, writer, stopper, return_exceptions=True)
+        if closed.done() and not closed.cancelled():
+            # transient for the worker (§4): one that is alive after all reconnects and gets work again
+            raise Unavailable(closed.result())
         if reader in done:
             reader.result()
         elif writer in done and not writer.cancelled():
@@ -204,7 +221,9 @@ class SessionHandler:
     async def _read(
         self, session: SessionState, frames: AsyncIterator[pb.WorkerMessage], outbox: Outbox
     ) -> None:
+        heard = self.engine.heard
         async for msg in frames:
+            heard(session)
             outbox.own_turn = True
             try:
                 self._frame(session, msg)

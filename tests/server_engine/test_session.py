@@ -473,7 +473,11 @@ def test_redelivery_to_the_same_session_supersedes_the_lost_delivery() -> None:
         await w.open(concurrency=2)
         await w.dispatch()
         clock.advance(3)
-        services.engine.reap()  # lease lost; RETRY due now; the second slot takes it again
+        services.engine.reap()  # lease lost; RETRY due now; held back until the session shows life
+        await w.settle()
+        assert w.pending() == []
+        w.heartbeat(info.id)  # still listed: Cancel for the lost lease; the second slot takes it again
+        assert (await w.next()).cancel.task_id == info.id
         again = await w.dispatch()
         assert (again.task.id, again.task.retried) == (info.id, 1)
         w.heartbeat(info.id)
