@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from conveyor_sdk._runtime import pipe
 from conveyor_sdk._runtime.appload import AppLoadError, load_app
+from conveyor_sdk._runtime.mstore import STORE
 from conveyor_sdk._runtime.outbox import Outbox
 from conveyor_sdk._runtime.rss import read_rss
 from conveyor_sdk._transport import eventloop
@@ -98,6 +99,7 @@ class ChildLoop:
         self.done = asyncio.Event()
         self.writer: asyncio.WriteTransport | None = None
         self.outbox = Outbox(lambda: self.writer)
+        self.metrics_dropped = 0  # STORE.dropped as last reported
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -112,6 +114,7 @@ class ChildLoop:
             await self.done.wait()
         finally:
             beats.cancel()
+        self.ship_metrics()  # the last values, so the supervisor keeps this child's final totals
         self.outbox.flush()
         if self.writer is not None:
             for _ in range(500):  # let a full pipe drain (bounded: ~5 s)
@@ -128,7 +131,20 @@ class ChildLoop:
     async def _beat(self) -> None:
         while True:
             self.send(pipe.Beat(read_rss(), len(self.tasks)))  # rss.py: /proc, else the getrusage peak
+            self.ship_metrics()  # also what background threads recorded between jobs
             await asyncio.sleep(self.beat)
+
+    def ship_metrics(self) -> None:
+        """Send the custom metrics that changed (``conveyor_sdk.metrics``), if any."""
+        if not STORE.dirty and STORE.dropped == self.metrics_dropped:
+            return
+        families, samples = STORE.collect()
+        self.metrics_dropped = STORE.dropped
+        decls = [
+            pipe.MetricFamilyMsg(f.name, f.kind, f.help, list(f.labels), list(f.buckets), f.mode)
+            for f in families
+        ]
+        self.send(pipe.MetricsReport(decls, [(n, list(v), c) for n, v, c in samples], self.metrics_dropped))
 
     def on_message(self, message: pipe.PipeMessage) -> None:
         if isinstance(message, pipe.RunJob):
@@ -189,6 +205,8 @@ class ChildLoop:
             if self.signals.get(msg.job_id) is sig:
                 del self.signals[msg.job_id]
         duration = time.perf_counter() - started
+        if STORE.dirty:  # what the handler recorded arrives before its JobDone (one set check otherwise)
+            self.ship_metrics()
         self.send(pipe.JobDone(msg.job_id, [pipe.outcome_to_msg(o) for o in outcomes], duration))
 
 

@@ -238,6 +238,8 @@ class ProcessExecutor(Fleet):
                 child.hung_logged = False
                 log.info("child %s (pid %d) is responsive again", child.name, child.pid)
             self._maybe_recycle(child)
+        elif isinstance(message, pipe.MetricsReport):
+            self.observer.child_metrics(child, message)
         elif isinstance(message, pipe.Ready):
             self._on_ready(child, message)
         elif isinstance(message, pipe.ImportFailed):

@@ -1,9 +1,10 @@
-"""Supervisor-side metrics: counters, a duration histogram, Prometheus text, ``/healthz``, ``/readyz``.
+"""Supervisor-side metrics: counters, histograms, capacity, Prometheus text, ``/healthz``, ``/readyz``.
 
 :class:`Metrics` is an executor observer (see ``observe.py``); it aggregates
-what the children report, so nothing is shared between processes. The HTTP
-endpoint is a deliberately tiny HTTP/1.1 responder (GET only, one response per
-connection) serving:
+what the children report, so nothing is shared between processes. ``families.py``
+renders it (docs/runtime.md, "Metrics", lists every family); ``custom.py``
+aggregates the custom metrics handler code records. The HTTP endpoint is a
+deliberately tiny HTTP/1.1 responder (GET only, one response per connection) serving:
 
 * ``/metrics`` - Prometheus text exposition format 0.0.4;
 * ``/healthz`` - liveness: ``200 ok`` while the supervisor and its children are
@@ -11,27 +12,58 @@ connection) serving:
 * ``/readyz`` - readiness: ``200 ok`` only while every pool's session is established
   (and has a ready child) and the worker is not draining, ``503`` with a short reason
   otherwise. Both answer from local state, no server round trip (see ``health.py``).
+
+Cardinality: ``queue`` and ``pool`` come from the configuration; ``type`` is a type
+some child registered (its ``Ready``; any other type counts as ``other``); ``outcome``
+and ``reason`` are fixed sets; ``child`` names live children only.
+
+Per job the hooks do a few dict and list updates (a bisect per histogram); nothing
+is formatted until a scrape.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+from conveyor_sdk._runtime import pipe
+from conveyor_sdk._runtime.custom import CustomMetrics
+from conveyor_sdk._runtime.expo import escape as _escape
+from conveyor_sdk._runtime.mstore import STORE, Family
 from conveyor_sdk._worker.executor import Job, Outcome, OutcomeKind
 
 if TYPE_CHECKING:
     from conveyor_sdk._runtime.proc import ChildProc
 
-__all__ = ["BUCKETS", "Metrics", "MetricsServer"]
+__all__ = ["BUCKETS", "OTHER_TYPE", "WAIT_BUCKETS", "Metrics", "MetricsServer"]
 
 log = logging.getLogger("conveyor.runtime.metrics")
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+WAIT_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+)
+OTHER_TYPE = "other"  # the type label of a task whose type no child registered
 
 
 def _outcome_label(outcome: Outcome) -> str:
@@ -40,61 +72,120 @@ def _outcome_label(outcome: Outcome) -> str:
     return OutcomeKind(outcome.kind).name.lower()
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 def _labels(**labels: str) -> str:
     return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+
+
+class Histogram:
+    """Per-bucket counts (``le`` semantics, the last one is +Inf) and the sum of one series."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
 
 
 class Metrics:
     """Aggregated runtime metrics (an executor observer)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, types: Collection[str] | None = None
+    ) -> None:
         self.clock = clock
+        self.wall: Callable[[], float] = time.time
         self.tasks: Counter[tuple[str, str, str]] = Counter()  # (type, queue, outcome)
-        self.hist: dict[tuple[str, str], list[int]] = {}  # (type, queue) -> bucket counts + [inf]
-        self.hist_sum: dict[tuple[str, str], float] = {}
-        self.in_flight: Counter[str] = Counter()  # queue
+        self.durations: dict[tuple[str, str, str], Histogram] = {}  # (type, queue, outcome)
+        self.waits: dict[str, Histogram] = {}  # queue -> due-to-start wait of first attempts
+        self.retries: Counter[str] = Counter()  # type -> failed attempts the server retries
+        self.archived: Counter[str] = Counter()  # type -> failed attempts that archive the task
+        self.in_flight: Counter[str] = Counter()  # queue -> jobs running in children
+        self.busy: Counter[tuple[str, str]] = Counter()  # (pool, queue) -> jobs running
         self.restarts: Counter[str] = Counter()  # reason class
         self.children_started = 0
         self.finished_at: deque[float] = deque(maxlen=20000)
         self.failures = 0
+        # None: every type is its own label (no child has said what it registered yet).
+        self.types: set[str] | None = set(types) if types is not None else None
+        self._type_sets: set[int] = set()  # ids of the children's type sets merged into ``types``
+        self._pool_of: dict[str, str] = {}  # job id -> pool, while it runs
+        self.custom = CustomMetrics(local=STORE)
+
+    def type_label(self, type_: str) -> str:
+        """``type_`` if a child registered it, else ``other`` (a bounded label)."""
+        types = self.types
+        return type_ if types is None or type_ in types else OTHER_TYPE
 
     # -- observer hooks ------------------------------------------------------------
     def child_started(self, child: ChildProc) -> None:
         self.children_started += 1
 
     def child_exited(self, child: ChildProc) -> None:
-        pass
+        self.custom.retire(child.name)
 
     def child_restarted(self, child: ChildProc, reason: str) -> None:
         kind = "recycled" if reason == "recycled" else "killed" if reason.startswith("killed") else "crashed"
         self.restarts[kind] += 1
 
+    def child_metrics(self, child: ChildProc, report: pipe.MetricsReport) -> None:
+        families = [
+            Family(f.name, f.kind, f.help, tuple(f.labels), tuple(f.buckets), f.mode)  # type: ignore[arg-type]
+            for f in report.families
+        ]
+        samples = [(name, tuple(values), cell) for name, values, cell in report.samples]
+        self.custom.update(child.name, families, samples, report.dropped)
+
     def job_started(self, job: Job, child: ChildProc | None = None) -> None:
         self.in_flight[job.queue] += 1
+        if child is not None:
+            types = child.types
+            if id(types) not in self._type_sets and types:
+                self._type_sets.add(id(types))
+                self.types = (self.types or set()) | types
+            self.busy[(child.pool, job.queue)] += 1
+            self._pool_of[job.job_id] = child.pool
+        now = None
+        for task in job.tasks:
+            if task.retried or task.enqueued_at is None:
+                continue  # a retry's due time is not on the wire (process_at is as enqueued)
+            due = task.enqueued_at if task.process_at is None else max(task.enqueued_at, task.process_at)
+            now = now or self.wall()
+            wait = self.waits.get(job.queue)
+            if wait is None:
+                wait = self.waits[job.queue] = Histogram(WAIT_BUCKETS)
+            wait.observe(max(0.0, now - due))  # clamped: the server's clock may be ahead of ours
 
     def job_finished(self, job: Job, outcomes: Sequence[Outcome], duration: float) -> None:
         self.in_flight[job.queue] = max(0, self.in_flight[job.queue] - 1)
-        key = (job.type, job.queue)
-        counts = self.hist.setdefault(key, [0] * (len(BUCKETS) + 1))
-        for i, bound in enumerate(BUCKETS):
-            if duration <= bound:
-                counts[i] += 1
-                break
-        else:
-            counts[-1] += 1
-        self.hist_sum[key] = self.hist_sum.get(key, 0.0) + duration
+        pool = self._pool_of.pop(job.job_id, None)
+        if pool is not None:
+            self.busy[(pool, job.queue)] = max(0, self.busy[(pool, job.queue)] - 1)
+        type_ = self.type_label(job.type)
+        labels = [_outcome_label(o) for o in outcomes]
+        job_outcome = labels[0] if labels and all(x == labels[0] for x in labels) else "mixed"
+        key = (type_, job.queue, job_outcome)
+        hist = self.durations.get(key)
+        if hist is None:
+            hist = self.durations[key] = Histogram(BUCKETS)
+        hist.observe(duration)
         now = self.clock()
-        for outcome in outcomes:
-            label = _outcome_label(outcome)
-            self.tasks[(job.type, job.queue, label)] += 1
+        for outcome, label, task in zip(outcomes, labels, job.tasks or [None] * len(outcomes), strict=False):
+            self.tasks[(type_, job.queue, label)] += 1
+            kind = outcome.kind
             # A timed-out or cancelled attempt is a failure too (its kind is RETRY; a drained one
             # is RELEASED): the live view's ``failures`` counts every attempt that did not finish.
-            if outcome.kind is OutcomeKind.RETRY or outcome.kind is OutcomeKind.SKIP_RETRY:
+            if kind is OutcomeKind.RETRY or kind is OutcomeKind.SKIP_RETRY:
                 self.failures += 1
+                # The server archives once retried >= max_retry (protocol section 4), or on SkipRetry.
+                final = kind is OutcomeKind.SKIP_RETRY or (
+                    task is not None and task.retried >= task.max_retry
+                )
+                (self.archived if final else self.retries)[type_] += 1
             self.finished_at.append(now)
 
     # -- views ---------------------------------------------------------------------
@@ -110,59 +201,30 @@ class Metrics:
         *,
         sessions: Mapping[str, bool] | None = None,
         parked: Mapping[str, int] | None = None,
+        capacity: Any = None,
     ) -> str:
         """Prometheus text exposition of everything.
 
         ``sessions``: pool -> session established; ``parked``: queue -> tasks delivered
-        but not started (the server counts them in flight; they are heartbeated).
+        but not started (the server counts them in flight; they are heartbeated);
+        ``capacity``: a ``families.Capacity`` (slots, busy, parked per pool and queue; RSS per child).
         """
-        out = [
-            "# HELP conveyor_tasks_total Tasks finished, by type, queue and outcome.",
-            "# TYPE conveyor_tasks_total counter",
-        ]
-        for (type_, queue, outcome), n in sorted(self.tasks.items()):
-            out.append(f"conveyor_tasks_total{_labels(type=type_, queue=queue, outcome=outcome)} {n}")
-        out += [
-            "# HELP conveyor_task_duration_seconds Handler run time measured in the child.",
-            "# TYPE conveyor_task_duration_seconds histogram",
-        ]
-        for (type_, queue), counts in sorted(self.hist.items()):
-            running = 0
-            for bound, n in zip((*BUCKETS, float("inf")), counts, strict=True):
-                running += n
-                le = "+Inf" if bound == float("inf") else repr(bound)
-                labels = _labels(type=type_, queue=queue, le=le)
-                out.append(f"conveyor_task_duration_seconds_bucket{labels} {running}")
-            base = _labels(type=type_, queue=queue)
-            out.append(f"conveyor_task_duration_seconds_sum{base} {self.hist_sum[(type_, queue)]:.6f}")
-            out.append(f"conveyor_task_duration_seconds_count{base} {running}")
-        out += ["# HELP conveyor_tasks_in_flight Jobs running now.", "# TYPE conveyor_tasks_in_flight gauge"]
-        for queue, n in sorted(self.in_flight.items()):
-            out.append(f"conveyor_tasks_in_flight{_labels(queue=queue)} {n}")
-        out += [
-            "# HELP conveyor_tasks_parked Tasks delivered to this worker and heartbeated, not started yet.",
-            "# TYPE conveyor_tasks_parked gauge",
-        ]
-        for queue, n in sorted((parked or {}).items()):
-            out.append(f"conveyor_tasks_parked{_labels(queue=queue)} {n}")
-        out += [
-            "# HELP conveyor_session_up 1 while the pool's session is established.",
-            "# TYPE conveyor_session_up gauge",
-        ]
-        for pool, up in sorted((sessions or {}).items()):
-            out.append(f"conveyor_session_up{_labels(pool=pool)} {int(up)}")
-        out += [
-            "# HELP conveyor_child_restarts_total Child processes replaced, by reason.",
-            "# TYPE conveyor_child_restarts_total counter",
-        ]
-        for reason in ("crashed", "killed", "recycled"):
-            out.append(f"conveyor_child_restarts_total{_labels(reason=reason)} {self.restarts[reason]}")
-        out += [
-            "# HELP conveyor_children Child processes alive.",
-            "# TYPE conveyor_children gauge",
-            f"conveyor_children {children}",
-        ]
-        return "\n".join(out) + "\n"
+        from conveyor_sdk._runtime.families import render
+
+        return render(self, children, sessions or {}, parked or {}, capacity)
+
+    def render_for(self, supervisor: Any) -> str:
+        """The exposition of a running :class:`Supervisor` (its sessions, pools and children)."""
+        from conveyor_sdk._runtime.families import capacity_of
+
+        sessions = {name: w.phase == "open" for name, w in supervisor.workers.items()}
+        parked = {q: p for q, (_, p) in supervisor.in_flight().items()}
+        return self.render(
+            supervisor._children_alive(),
+            sessions=sessions,
+            parked=parked,
+            capacity=capacity_of(supervisor, self),
+        )
 
 
 class MetricsServer:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 from conveyor_sdk._worker.executor import Job, Outcome
 
 if TYPE_CHECKING:
+    from conveyor_sdk._runtime.pipe import MetricsReport
     from conveyor_sdk._runtime.proc import ChildProc
 
 __all__ = ["NullObserver", "Observer"]
@@ -21,6 +22,8 @@ class Observer(Protocol):
     def child_exited(self, child: ChildProc) -> None: ...
 
     def child_restarted(self, child: ChildProc, reason: str) -> None: ...
+
+    def child_metrics(self, child: ChildProc, report: MetricsReport) -> None: ...
 
     def job_started(self, job: Job, child: ChildProc) -> None: ...
 
@@ -38,6 +41,9 @@ class NullObserver:
 
     def child_restarted(self, child: ChildProc, reason: str) -> None:
         """A child was replaced (crash, kill after a hard timeout, recycling)."""
+
+    def child_metrics(self, child: ChildProc, report: MetricsReport) -> None:
+        """A child reported the custom metrics that changed."""
 
     def job_started(self, job: Job, child: ChildProc) -> None:
         """A job was sent to ``child``."""

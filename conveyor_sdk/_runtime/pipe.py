@@ -9,7 +9,9 @@ Rules:
 * Supervisor -> child: :class:`RunJob`, :class:`CancelJob`, :class:`Stop`.
 * Child -> supervisor: :class:`Ready` (once, after importing the app),
   :class:`ImportFailed` (instead of Ready, then exit), :class:`JobDone`,
-  :class:`Progress`, :class:`Beat` (liveness, every ``beat_interval``).
+  :class:`Progress`, :class:`Beat` (liveness, every ``beat_interval``),
+  :class:`MetricsReport` (custom metrics that changed: before the ``JobDone`` of
+  the job that changed them, with a beat, and before the child exits).
 * Every ``RunJob`` is answered by exactly one ``JobDone`` unless the child
   dies; the supervisor turns a death into outcomes itself.
 * A frame longer than :data:`MAX_FRAME` is a protocol error by the peer.
@@ -37,6 +39,8 @@ __all__ = [
     "FrameReader",
     "ImportFailed",
     "JobDone",
+    "MetricFamilyMsg",
+    "MetricsReport",
     "OutcomeMsg",
     "PipeMessage",
     "Progress",
@@ -70,6 +74,7 @@ class TaskMsg(msgspec.Struct, array_like=True, frozen=True):
     timeout: float | None = None
     task_deadline: float | None = None
     group: str = ""
+    process_at: float | None = None
 
 
 class OutcomeMsg(msgspec.Struct, array_like=True, frozen=True):
@@ -142,7 +147,29 @@ class Beat(msgspec.Struct, tag_field="k", tag="beat", array_like=True, frozen=Tr
     running: int
 
 
-PipeMessage = RunJob | CancelJob | Stop | Ready | ImportFailed | JobDone | Progress | Beat
+class MetricFamilyMsg(msgspec.Struct, array_like=True, frozen=True):
+    """A custom metric's declaration (see ``mstore.Family``), sent once per child."""
+
+    name: str
+    kind: str
+    help: str
+    labels: list[str]
+    buckets: list[float]
+    mode: str
+
+
+class MetricsReport(msgspec.Struct, tag_field="k", tag="metrics", array_like=True, frozen=True):
+    """Child -> supervisor: cumulative cells of the custom series that changed (see ``mstore.py``).
+
+    ``samples``: (name, label values, cell); ``dropped``: series the child refused past its cap.
+    """
+
+    families: list[MetricFamilyMsg]
+    samples: list[tuple[str, list[str], list[float]]]
+    dropped: int
+
+
+PipeMessage = RunJob | CancelJob | Stop | Ready | ImportFailed | JobDone | Progress | Beat | MetricsReport
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder: msgspec.msgpack.Decoder[PipeMessage] = msgspec.msgpack.Decoder(PipeMessage)
@@ -212,6 +239,7 @@ def job_to_msg(job: Job) -> RunJob:
             t.timeout,
             t.task_deadline,
             t.group,
+            t.process_at,
         )
         for t in job.tasks
     ]

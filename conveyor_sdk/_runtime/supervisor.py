@@ -91,11 +91,16 @@ class SupervisorConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     encryption: Any = None  # opens sealed payloads here, in the supervisor (children get plaintext)
     embedded_db: str | None = None  # SQLite file for the embedded server (--embedded-db)
+    # The embedded server's argv before its flags; () = the bare server. The CLI names its own
+    # `conveyor server` (with the dashboard): the runtime never names the CLI.
+    embedded_command: tuple[str, ...] = ()
     loop: str = "auto"  # event loop of the supervisor and its children: auto | asyncio | uvloop
     task_log: bool = True  # one INFO line per finished task (--no-task-log turns it off)
     ca_file: str | None = None  # PEM bundle that verifies an https:// server (--ca-file)
     reconnect_base: float = 0.5  # §5.9 backoff base per full round of --server addresses
     reconnect_max: float = 30.0  # and its cap (--reconnect-base / --reconnect-max)
+    keepalive_interval: float = 5.0  # HTTP/2 PING period of every session (--keepalive-interval)
+    keepalive_timeout: float = 10.0  # PING answer / stuck write limit (--keepalive-timeout)
 
 
 class Supervisor:
@@ -176,10 +181,11 @@ class Supervisor:
             )
         if not cfg.server:
             db = ("--db", cfg.embedded_db) if cfg.embedded_db else ()
-            self.embedded = EmbeddedServer((*db, "--loop", cfg.loop))
+            self.embedded = EmbeddedServer((*db, "--loop", cfg.loop), command=cfg.embedded_command)
             self.server_url = self.embedded.start()
             log.info("embedded server listening on %s", self.server_url)
-            log.info("dashboard on %s", self.embedded.dashboard_url)
+            if self.embedded.dashboard_url:
+                log.info("dashboard on %s", self.embedded.dashboard_url)
 
     # -- the loop ----------------------------------------------------------------------
     async def run(self) -> int:
@@ -234,6 +240,8 @@ class Supervisor:
                 task_log=cfg.task_log,
                 reconnect_base=cfg.reconnect_base,
                 reconnect_max=cfg.reconnect_max,
+                keepalive_interval=cfg.keepalive_interval,
+                keepalive_timeout=cfg.keepalive_timeout,
                 tls=TLSOptions(ca_file=cfg.ca_file) if cfg.ca_file else None,
                 encryption=cfg.encryption,
             )
@@ -249,6 +257,8 @@ class Supervisor:
                 task_log=cfg.task_log,
                 reconnect_base=cfg.reconnect_base,
                 reconnect_max=cfg.reconnect_max,
+                keepalive_interval=cfg.keepalive_interval,
+                keepalive_timeout=cfg.keepalive_timeout,
                 tls=TLSOptions(ca_file=cfg.ca_file) if cfg.ca_file else None,
                 executor=self.executor.for_pool(name),
                 labels={"pool": name},
@@ -346,9 +356,7 @@ class Supervisor:
         return server
 
     def _metrics_text(self) -> str:
-        sessions = {name: w.phase == "open" for name, w in self.workers.items()}
-        parked = {q: p for q, (_, p) in self.in_flight().items()}
-        return self.metrics.render(self._children_alive(), sessions=sessions, parked=parked)
+        return self.metrics.render_for(self)
 
     def _children_alive(self) -> int:
         if self.executor is None:
@@ -358,9 +366,10 @@ class Supervisor:
     def health_inputs(self) -> HealthInputs:
         """Local state for /healthz and /readyz (no server round trip)."""
         sessions = {name: w.phase for name, w in self.workers.items()}
+        errors = {name: w.last_session_error for name, w in self.workers.items() if w.last_session_error}
         ex = self.executor
         if ex is None:
-            return HealthInputs(sessions, processes=False, draining=bool(self._signals))
+            return HealthInputs(sessions, processes=False, draining=bool(self._signals), errors=errors)
         alive = {n: sum(1 for c in p.children if c.state.value != "dead") for n, p in ex.pools.items()}
         ready = {n: len(p.active()) for n, p in ex.pools.items()}
         return HealthInputs(
@@ -370,6 +379,7 @@ class Supervisor:
             failure=None if ex.failure is None else str(ex.failure),
             ticking=ex.ticking(),
             draining=bool(self._signals),
+            errors=errors,
         )
 
     def _health(self) -> tuple[bool, str]:

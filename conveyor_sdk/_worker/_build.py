@@ -42,7 +42,7 @@ def positional_builder(cls: type[T]) -> Callable[..., T]:
 
 
 # ``new_task_data(id, queue, type, payload, content_type, metadata, retried, max_retry,
-# enqueued_at, timeout, task_deadline, group)`` and ``new_job(job_id, queue, type, tasks,
+# enqueued_at, timeout, task_deadline, group, process_at)`` and ``new_job(job_id, queue, type, tasks,
 # batch, deadline)``: every field, in the order the classes declare them.
 new_task_data: Callable[..., TaskData] = positional_builder(TaskData)
 new_job: Callable[..., Job] = positional_builder(Job)

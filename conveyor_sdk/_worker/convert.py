@@ -44,6 +44,7 @@ def task_data(env: tpb.TaskEnvelope, group: str = "", single: Delivery | None = 
         seconds(opts.timeout) if opts.HasField("timeout") else None,
         deadline,
         group,
+        seconds(opts.process_at) if opts.HasField("process_at") else None,
     )
 
 

@@ -74,6 +74,7 @@ class TaskData:
     timeout: float | None = None  # seconds, from TaskOptions.timeout
     task_deadline: float | None = None  # epoch seconds, from TaskOptions.deadline
     group: str = ""
+    process_at: float | None = None  # epoch seconds, from TaskOptions.process_at (as enqueued)
 
 
 @dataclass(frozen=True, slots=True)

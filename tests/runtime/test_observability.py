@@ -37,10 +37,11 @@ def test_metrics_render_counts_outcomes_histogram_and_restarts() -> None:
     assert 'conveyor_tasks_total{type="t",queue="q",outcome="success"} 1' in text
     assert 'conveyor_tasks_total{type="t",queue="q",outcome="retry"} 1' in text
     assert 'conveyor_tasks_total{type="t",queue="q",outcome="canceled"} 1' in text
-    assert 'conveyor_task_duration_seconds_bucket{type="t",queue="q",le="0.025"} 1' in text
-    assert 'conveyor_task_duration_seconds_bucket{type="t",queue="q",le="10.0"} 2' in text
-    assert 'conveyor_task_duration_seconds_bucket{type="t",queue="q",le="+Inf"} 2' in text
-    assert 'conveyor_task_duration_seconds_count{type="t",queue="q"} 2' in text
+    assert 'conveyor_task_duration_seconds_bucket{type="t",queue="q",outcome="success",le="0.025"} 1' in text
+    assert 'conveyor_task_duration_seconds_bucket{type="t",queue="q",outcome="mixed",le="5.0"} 0' in text
+    assert 'conveyor_task_duration_seconds_bucket{type="t",queue="q",outcome="mixed",le="10.0"} 1' in text
+    assert 'conveyor_task_duration_seconds_bucket{type="t",queue="q",outcome="mixed",le="+Inf"} 1' in text
+    assert 'conveyor_task_duration_seconds_count{type="t",queue="q",outcome="success"} 1' in text
     assert 'conveyor_tasks_in_flight{queue="q"} 0' in text
     assert 'conveyor_child_restarts_total{reason="crashed"} 1' in text
     assert 'conveyor_child_restarts_total{reason="recycled"} 1' in text

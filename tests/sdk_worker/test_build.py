@@ -25,6 +25,7 @@ _TASK = {
     "timeout": 3.0,
     "task_deadline": 9.25,
     "group": "g",
+    "process_at": 1.25,
 }
 
 
