@@ -116,6 +116,19 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(envvar="CONVEYOR_RECONNECT_MAX", help="Reconnect backoff cap, e.g. 30s."),
         ] = "30s",
+        keepalive_interval: Annotated[
+            str,
+            typer.Option(
+                envvar="CONVEYOR_KEEPALIVE_INTERVAL", help="HTTP/2 PING to the server every D, e.g. 5s."
+            ),
+        ] = "5s",
+        keepalive_timeout: Annotated[
+            str,
+            typer.Option(
+                envvar="CONVEYOR_KEEPALIVE_TIMEOUT",
+                help="A PING unanswered (or a write stuck) this long ends the session; it reconnects.",
+            ),
+        ] = "10s",
         token: Annotated[
             str | None, typer.Option("--token", envvar="CONVEYOR_TOKEN", help="Bearer token.")
         ] = None,
@@ -265,6 +278,7 @@ def register(app: typer.Typer) -> None:
             task_log=task_log,
             ca_file=ca_file,
             reconnect=(reconnect_base, reconnect_max),
+            keepalive=(keepalive_interval, keepalive_timeout),
         )
         raise typer.Exit(code)
 
@@ -293,6 +307,7 @@ def run_worker_command(
     task_log: bool = True,
     ca_file: str | None = None,
     reconnect: tuple[str, str] = ("500ms", "30s"),
+    keepalive: tuple[str, str] = ("5s", "10s"),
 ) -> int:
     """Validate, load the app, start the runtime; returns the exit code."""
     from conveyor_cli._demo import demo_producer
@@ -318,6 +333,7 @@ def run_worker_command(
         _check_metrics_port(metrics_host, metrics_port)
         eventloop.resolve(loop)
         backoff = _reconnect_options(server, reconnect)
+        pings = _keepalive_options(keepalive)
         if not server:
             from conveyor_sdk._runtime.embedded import preferred_port
 
@@ -353,11 +369,14 @@ def run_worker_command(
         live=sys.stderr.isatty() and log_format == "text",
         encryption=encryption,
         embedded_db=embedded_db or None,
+        embedded_command=(sys.executable, "-m", "conveyor_cli.server_cmd"),  # `conveyor server`: + dashboard
         loop=loop,
         task_log=task_log,
         ca_file=ca_file,
         reconnect_base=backoff[0],
         reconnect_max=backoff[1],
+        keepalive_interval=pings[0],
+        keepalive_timeout=pings[1],
     )
     return _serve(config, registry)
 
@@ -443,3 +462,15 @@ def _reconnect_options(server: str | None, reconnect: tuple[str, str]) -> tuple[
         raise ValueError(f"--reconnect-base/--reconnect-max: {exc}") from None
     Backoff(base=base, cap=cap)  # SettingError (a ValueError) names the bad one
     return base, cap
+
+
+def _keepalive_options(keepalive: tuple[str, str]) -> tuple[float, float]:
+    """--keepalive-interval/--keepalive-timeout as seconds, both > 0, checked before anything starts."""
+    from conveyor_sdk._transport.keepalive import KeepaliveOptions
+
+    try:
+        interval, timeout = (parse_duration(v) for v in keepalive)
+        KeepaliveOptions(interval, timeout)
+    except ValueError as exc:
+        raise ValueError(f"--keepalive-interval/--keepalive-timeout: {exc}") from None
+    return interval, timeout

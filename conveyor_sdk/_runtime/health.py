@@ -7,11 +7,14 @@
   fix the server, and would cut a drain short).
 * **Readiness** answers "is this worker taking work now?": it also fails while draining,
   while any pool's session is not established (connecting, waiting for Welcome,
-  reconnecting after the server went away), or while a pool has no ready child.
+  reconnecting after the server went away: ``(server unreachable: <why the last session
+  ended>)``), or while a pool has no ready child.
 
 Neither makes a server round trip: the session's own state (its stream is up and the
-server's Welcome arrived) is the signal, so a dead server shows up as soon as the
-stream breaks (and at the latest when the transport's keepalive gives up).
+server's Welcome arrived) is the signal. A dead server shows up as soon as the stream
+breaks; a silent link (blackholed, partitioned) when the session's keepalive gives up, an
+HTTP/2 PING unanswered for ``--keepalive-timeout`` (10 s; at most interval + timeout, 15 s,
+after the link's last answer: see ``conveyor_sdk._transport.keepalive``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class HealthInputs:
     failure: str | None = None  # the runtime failed (exit 5 follows)
     ticking: bool = True  # the supervisor's periodic check runs
     draining: bool = False
+    errors: Mapping[str, str] = field(default_factory=dict)  # pool -> why its last session ended
 
 
 def liveness(h: HealthInputs) -> tuple[bool, str]:
@@ -64,7 +68,11 @@ def readiness(h: HealthInputs) -> tuple[bool, str]:
         return False, "draining"
     for pool, phase in h.sessions.items():
         if phase != "open":
-            return False, f"pool {pool}: session {PHASE_REASONS.get(phase, phase)}"
+            why = f"pool {pool}: session {PHASE_REASONS.get(phase, phase)}"
+            error = h.errors.get(pool)
+            if error and phase in ("idle", "awaiting-welcome"):  # lost or not reachable: reconnecting
+                why += f" (server unreachable: {error})"
+            return False, why
         if h.processes and h.ready.get(pool, 0) == 0:
             return False, f"pool {pool}: no child process ready"
     if not h.sessions:
