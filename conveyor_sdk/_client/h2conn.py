@@ -13,6 +13,12 @@ socket callback, with no thread or task hop either way.
 * A GOAWAY stops new streams (``draining``); streams the server did not process fail with a
   retryable :class:`~conveyor_sdk.errors.Unavailable`, the others may finish. A lost
   connection fails every open stream with Unavailable.
+* Keepalive (:mod:`conveyor_sdk._transport.keepalive`): the first call on a connection unused
+  for the PING interval sends a PING in the same write as its request (no round trip added);
+  while calls are open a PING follows every interval. One unanswered for the keepalive timeout
+  fails every open call with Unavailable and drops the socket, so the next call opens a fresh
+  connection: a call on a dead link ends within the keepalive bound or its own deadline,
+  whichever is first. An idle pooled connection is left alone (no timer runs).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from h2.connection import ConnectionState
 from h2.errors import ErrorCodes
 
 from conveyor_sdk._transport import _status
-from conveyor_sdk._transport._connect import Target
+from conveyor_sdk._transport._connect import Target, tune_socket
 from conveyor_sdk._transport._h2 import (
     PLAIN_CLIENT_CONFIG,
     CachingEncoder,
@@ -42,6 +48,7 @@ from conveyor_sdk._transport._h2 import (
     take_response_frames,
 )
 from conveyor_sdk._transport.hpackfast import FastDecoder
+from conveyor_sdk._transport.keepalive import Keepalive, KeepaliveOptions, LinkDead, PingNow
 from conveyor_sdk._transport.reads import BufferedReads
 from conveyor_sdk._transport.signal import Signal
 from conveyor_sdk.errors import ConveyorError, Unavailable
@@ -77,7 +84,7 @@ class H2Stream:
 class H2Conn(asyncio.Protocol):
     """A client HTTP/2 connection shared by every call of one client (see the module docstring)."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, keepalive: KeepaliveOptions | None = None) -> None:
         # Callers hand over lower-case names without hop-by-hop fields (H2Transport does), which
         # is all outbound header validation and normalisation would check or fix; they cost ~20%
         # of a send, so this configuration has both off.
@@ -102,6 +109,9 @@ class H2Conn(asyncio.Protocol):
         self._seen_input = False
         self.fast_reads = 0  # reads whose frames (some or all) skipped h2's parser (statistics, tests)
         self.fast_sends = 0  # streams opened without h2's send_headers (statistics, tests)
+        self._keepalive_options = keepalive
+        self.keepalive: Keepalive | None = None  # made once connected
+        self._ka_timer: asyncio.TimerHandle | None = None  # armed while calls are open
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "draining" if self.draining else "open"
@@ -114,6 +124,9 @@ class H2Conn(asyncio.Protocol):
         self.h2.initiate_connection()
         self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self.flush()
+        if self._keepalive_options is not None:
+            self.keepalive = Keepalive(self._keepalive_options, asyncio.get_running_loop().time())
+            tune_socket(transport, self._keepalive_options)
 
     def data_received(self, data: bytes) -> None:
         if not self._seen_input:
@@ -144,6 +157,7 @@ class H2Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = self.draining = True
+        self._disarm()
         self._fail_streams(_status.connection_error(exc), lambda sid: True)
         if not self.lost.done():
             self.lost.set_result(None)
@@ -168,6 +182,8 @@ class H2Conn(asyncio.Protocol):
 
     def start(self, headers: list[tuple[str, str]], body: bytes) -> tuple[H2Stream, int]:
         """Open a stream, send HEADERS and what the windows allow of ``body``; return it, bytes sent."""
+        if self._ka_timer is None and self.keepalive is not None and not self.closed:
+            self._keepalive_on_call()  # the first call since the connection went idle
         opened = None if self.closed or self.draining else send_request(self.h2, headers, body)
         if opened is not None:  # the usual case: HEADERS and DATA framed without h2's generic path
             sid, sent = opened
@@ -248,6 +264,54 @@ class H2Conn(asyncio.Protocol):
         if data and transport is not None and (force or not self.closed) and not transport.is_closing():
             transport.write(data)
 
+    # ---- keepalive -----------------------------------------------------------------------------
+
+    def _keepalive_on_call(self) -> None:
+        ka = self.keepalive
+        assert ka is not None
+        ping = ka.ping_due_on_reuse(asyncio.get_running_loop().time())
+        if ping is not None:
+            self.h2.ping(ping.payload)  # leaves with the request's own write
+        self._arm()
+
+    def _arm(self) -> None:
+        ka = self.keepalive
+        if ka is None or self.closed:
+            return
+        self._disarm()
+        self._ka_timer = asyncio.get_running_loop().call_at(ka.next_deadline(), self._on_keepalive_timer)
+
+    def _disarm(self) -> None:
+        if self._ka_timer is not None:
+            self._ka_timer.cancel()
+            self._ka_timer = None
+
+    def _on_keepalive_timer(self) -> None:
+        self._ka_timer = None
+        ka = self.keepalive
+        if ka is None or self.closed or (not self.streams and ka.outstanding is None):
+            return  # closed, or idle with nothing to wait for: the next call re-arms
+        action = ka.poll(asyncio.get_running_loop().time())
+        if isinstance(action, LinkDead):
+            where = self.target.authority
+            self._fail(Unavailable(f"the connection to {where} is dead: {action.reason}"))
+            if self.transport is not None:
+                self.transport.abort()  # a dead link would never drain the GOAWAY
+            return
+        if isinstance(action, PingNow):
+            self.h2.ping(action.payload)
+            self.flush()
+        self._arm()
+
+    def _on_ping_ack(self, payload: bytes) -> None:
+        ka = self.keepalive
+        if (
+            ka is not None
+            and ka.acked(payload, asyncio.get_running_loop().time())
+            and self._ka_timer is not None
+        ):
+            self._arm()  # the next PING is due an interval from now, sooner than the timer
+
     # ---- internals -----------------------------------------------------------------------------
 
     def _reset(self, stream: H2Stream) -> None:
@@ -298,6 +362,8 @@ class H2Conn(asyncio.Protocol):
             self._on_goaway(event)
         elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
             self.changed.fire()
+        elif isinstance(event, h2.events.PingAckReceived):
+            self._on_ping_ack(bytes(event.ping_data or b""))
 
     def _with_stream(self, stream_id: int | None, field: str, headers: object) -> None:
         stream = self.streams.get(stream_id or 0)

@@ -15,6 +15,8 @@ What it does:
 * request and response bodies of any size under both directions' flow control; a response
   with ``content-encoding: gzip`` is inflated (as pyqwest's own transport does: connectrpc
   asks for gzip and leaves inflating to the transport), up to :data:`MAX_INFLATED` bytes;
+* a dead connection (a PING unanswered for the keepalive timeout: see ``h2conn``) fails its
+  open calls with Unavailable and is replaced by the next call;
 * a cancelled call (e.g. its deadline, kept by :class:`~conveyor_sdk._client.transport.UnaryCaller`)
   resets its stream with RST_STREAM(CANCEL);
 * failures are :class:`~conveyor_sdk.errors.ConveyorError`\\ s (connection refused, TLS,
@@ -41,6 +43,7 @@ from hpack import NeverIndexedHeaderTuple
 
 from conveyor_sdk._client.h2conn import BufferedH2Conn, H2Conn, H2Stream
 from conveyor_sdk._transport import _connect
+from conveyor_sdk._transport.keepalive import KeepaliveOptions
 from conveyor_sdk._transport.reads import wants_buffered
 from conveyor_sdk.errors import ConveyorError, Internal, ResourceExhausted, Unavailable
 
@@ -52,17 +55,26 @@ _HOP_BY_HOP = frozenset(
 _CLOSE_WAIT = 2.0
 _HEADER_LISTS = 64
 MAX_INFLATED = 64 << 20  # bytes a gzip response may inflate to
+DEFAULT_KEEPALIVE = KeepaliveOptions()  # PINGs while calls are open (see h2conn)
 
 
 class H2Transport:
     """A pyqwest ``Transport`` speaking HTTP/2 to one server from the running event loop."""
 
-    def __init__(self, address: str, *, ca_pem: bytes | None = None, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        ca_pem: bytes | None = None,
+        connect_timeout: float = 10.0,
+        keepalive: KeepaliveOptions | None = DEFAULT_KEEPALIVE,
+    ) -> None:
         self._target = _connect.parse_target(address)
         parts = urllib.parse.urlsplit(address)
         self._prefix = f"{parts.scheme}://{parts.netloc}"
         self._ssl = _connect.tls_context(None, ca_data=ca_pem) if self._target.scheme == "https" else None
         self._connect_timeout = connect_timeout
+        self._keepalive = keepalive
         self._authority = self._target.authority  # a computed property of Target: once, not per call
         self._header_lists: dict[tuple[object, ...], list[tuple[str, str]]] = {}  # see _headers
         self._conn: H2Conn | None = None
@@ -208,7 +220,7 @@ class H2Transport:
             async with asyncio.timeout(self._connect_timeout):
                 protocol = BufferedH2Conn if wants_buffered(loop) else H2Conn
                 transport, conn = await loop.create_connection(
-                    lambda: protocol(target),
+                    lambda: protocol(target, self._keepalive),
                     target.host,
                     target.port,
                     ssl=self._ssl,
