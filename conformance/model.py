@@ -19,6 +19,7 @@ __all__ = [
     "CheckResult",
     "Family",
     "NotApplicable",
+    "OptionalAbsent",
     "Requirement",
     "Status",
     "Summary",
@@ -49,6 +50,7 @@ class Status(enum.Enum):
     ERROR = "error"  # the check itself crashed or timed out
     NOT_APPLICABLE = "n/a"
     DIVERGENCE = "divergence"  # failed, but it is a known upstream divergence (profile upstream)
+    OPTIONAL_FAIL = "optional-fail"  # an OPTIONAL behaviour (the document does not require it) is absent
 
     @property
     def failing(self) -> bool:
@@ -58,6 +60,14 @@ class Status(enum.Enum):
 
 class CheckFailed(AssertionError):
     """Raised by a check when the implementation under test broke the protocol."""
+
+
+class OptionalAbsent(CheckFailed):
+    """Raised by an ``optional`` check when the OPTIONAL behaviour it looks for is absent.
+
+    Only this, raised by a check registered ``optional=True``, is ``optional-fail``; anything else
+    going wrong on the way (no Dispatch at all, say) is an ordinary failure.
+    """
 
 
 class NotApplicable(Exception):  # control flow, not an error
@@ -82,6 +92,7 @@ class Check:
     divergence: str = ""  # known upstream conveyord difference (server-behavior.md §15), if any
     timeout: float = 60.0
     declares: frozenset[str] = frozenset()  # worker extensions it needs (conveyor_conformance.declare)
+    optional: bool = False  # judges behaviour the protocol document does not require: never fails a run
 
 
 @dataclass(frozen=True, slots=True)

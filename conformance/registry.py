@@ -87,9 +87,14 @@ def check(
     divergence: str = "",
     timeout: float = 60.0,
     declares: Iterable[str] = (),
+    optional: bool = False,
     registry: Registry | None = None,
 ) -> Callable[[CheckFn], CheckFn]:
     """Decorator registering an async check function under ``id``.
+
+    ``optional`` marks a check of behaviour the protocol document does not require (it is silent
+    there): when it raises :class:`~conveyor_conformance.model.OptionalAbsent` the result is
+    ``optional-fail``, which does not fail the run (any other failure still does).
 
     ``declares`` names worker-program extensions the check cannot run without
     (see :mod:`conveyor_conformance.declare`); a program that does not declare one
@@ -109,6 +114,7 @@ def check(
                 divergence=divergence,
                 timeout=timeout,
                 declares=frozenset(declares),
+                optional=optional,
             )
         )
         return fn

@@ -23,6 +23,7 @@ _STYLE = {
     Status.ERROR: "bold red",
     Status.NOT_APPLICABLE: "yellow",
     Status.DIVERGENCE: "magenta",
+    Status.OPTIONAL_FAIL: "blue",
 }
 
 
@@ -55,6 +56,7 @@ _NAMES = (
     (Status.ERROR, "errored"),
     (Status.NOT_APPLICABLE, "not applicable"),
     (Status.DIVERGENCE, "known divergences"),
+    (Status.OPTIONAL_FAIL, "optional behaviours absent"),
 )
 
 
@@ -75,10 +77,10 @@ def write_json(summary: Summary, path: str | Path) -> None:
 
 
 def to_junit(summary: Summary) -> ET.Element:
-    """A JUnit XML ``<testsuites>`` tree: failures, errors, and skips (n/a, divergences)."""
+    """A JUnit XML ``<testsuites>`` tree: failures, errors, and skips (n/a, divergences, optional)."""
     failures = summary.count(Status.FAIL)
     errors = summary.count(Status.ERROR)
-    skipped = summary.count(Status.NOT_APPLICABLE) + summary.count(Status.DIVERGENCE)
+    skipped = sum(summary.count(s) for s in (Status.NOT_APPLICABLE, Status.DIVERGENCE, Status.OPTIONAL_FAIL))
     total_time = sum(r.duration for r in summary.results)
     attrs = {
         "name": "conveyor-conformance",
@@ -109,6 +111,8 @@ def to_junit(summary: Summary) -> ET.Element:
             ET.SubElement(
                 case, "skipped", {"message": f"known upstream divergence: {r.divergence}"}
             ).text = r.detail
+        elif r.status is Status.OPTIONAL_FAIL:
+            ET.SubElement(case, "skipped", {"message": "optional behaviour absent"}).text = r.detail
     return root
 
 

@@ -21,6 +21,7 @@ from conveyor_conformance.model import (
     CheckFailed,
     CheckResult,
     NotApplicable,
+    OptionalAbsent,
     Requirement,
     Status,
 )
@@ -77,7 +78,8 @@ async def _outcome(item: Check, ctx: CheckContext) -> tuple[Status, str]:
     try:
         detail = await asyncio.wait_for(item.fn(ctx), limit)
     except CheckFailed as exc:
-        return Status.FAIL, str(exc)
+        absent = item.optional and isinstance(exc, OptionalAbsent)  # see registry.check(optional=)
+        return Status.OPTIONAL_FAIL if absent else Status.FAIL, str(exc)
     except NotApplicable as exc:
         return Status.NOT_APPLICABLE, str(exc)
     except TimeoutError:

@@ -11,6 +11,7 @@ MODULES = (
     "server_flow",
     "server_outcomes",
     "server_leases",
+    "server_silence",
     "server_enqueue",
     "server_json",
     "server_auth",

@@ -60,6 +60,8 @@ def _why_retried(info: tpb.TaskInfo, lease_ttl: float) -> str:
     err = info.last_error.lower()
     if "lease" in err or "expired" in err or "reclaim" in err:
         return "the task lost its lease (heartbeats did not extend it)"
+    if "silent" in err:
+        return "the task lost its lease (no heartbeats: the server closed the silent session)"
     if "deadline" in err or "timeout" in err or "timed out" in err or "cancel" in err:
         return (
             f"the worker cancelled the handler at its Dispatch.deadline (the {lease_ttl:g} s lease part) and "

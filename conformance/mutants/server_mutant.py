@@ -6,6 +6,8 @@
 no-credits         every session may hold two more deliveries than Hello.concurrency
 ignore-heartbeats  Heartbeat frames extend no lease
 ignore-progress    Progress frames are dropped
+keep-silent        a session that sends nothing while holding tasks is never closed (its leases lapse)
+lapse-back         a task whose lease lapsed may go straight back to the session it lapsed in
 dispatch-before-welcome
                    the Welcome goes out one loop turn late, so a backlog's Dispatches precede it
                    (what upstream conveyord can do, server-behavior.md §15.8)
@@ -30,6 +32,10 @@ def _ignore(self: Any, *args: Any) -> None:
     return None
 
 
+def _never(self: Any, *args: Any) -> bool:
+    return False
+
+
 def _late_welcome() -> None:
     import asyncio
 
@@ -48,7 +54,7 @@ def _late_welcome() -> None:
 
 def apply(mutation: str) -> None:
     """Patch the engine for ``mutation`` (ValueError for an unknown one)."""
-    from conveyor_server_min._engine import engine, sessions
+    from conveyor_server_min._engine import dispatcher, engine, sessions
 
     if mutation == "no-credits":
         sessions.SessionState.free = property(_free)  # type: ignore[assignment,method-assign]  # the mutation itself
@@ -56,6 +62,10 @@ def apply(mutation: str) -> None:
         engine.Engine.heartbeat = _ignore  # type: ignore[method-assign,assignment]  # the mutation itself
     elif mutation == "ignore-progress":
         engine.Engine.progress = _ignore  # type: ignore[method-assign,assignment]  # the mutation itself
+    elif mutation == "keep-silent":
+        engine.Engine.close_silent = lambda self: 0  # type: ignore[method-assign]  # the mutation itself
+    elif mutation == "lapse-back":
+        dispatcher.Dispatcher.declines = _never  # type: ignore[method-assign,assignment]  # the mutation itself
     elif mutation == "dispatch-before-welcome":
         _late_welcome()
     else:

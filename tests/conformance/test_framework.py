@@ -12,6 +12,7 @@ import pytest
 from conveyor_conformance import (
     CheckFailed,
     NotApplicable,
+    OptionalAbsent,
     Registry,
     Requirement,
     Status,
@@ -116,6 +117,34 @@ def test_upstream_profile_reports_known_divergences_separately() -> None:
     assert Summary(tuple(results), profile="upstream").ok
 
 
+def test_an_optional_check_that_fails_is_reported_as_such_and_does_not_fail_the_run() -> None:
+    """An absent optional behaviour is optional-fail (a JUnit skip); any other failure still fails the run."""
+    reg = Registry()
+
+    @check("server.5.optional", section="5", description="optional", registry=reg, optional=True)
+    async def absent(ctx: object) -> str:
+        raise OptionalAbsent("the server does not do it")
+
+    @check("server.5.optional-setup", section="5", description="setup", registry=reg, optional=True)
+    async def setup(ctx: object) -> str:
+        raise CheckFailed("no dispatch frame within 10s")
+
+    @check("server.5.optional-crash", section="5", description="crashes", registry=reg, optional=True)
+    async def crash(ctx: object) -> str:
+        raise KeyError("oops")
+
+    @check("server.5.required", section="5", description="required", registry=reg)
+    async def required(ctx: object) -> str:
+        raise OptionalAbsent("raised by a check not marked optional")
+
+    results = asyncio.run(run_checks(list(reg), _env("strict")))
+    assert [r.status for r in results] == [Status.OPTIONAL_FAIL, Status.FAIL, Status.ERROR, Status.FAIL]
+    assert results[0].detail == "the server does not do it"
+    assert Summary(results[:1]).ok and not Summary(tuple(results)).ok
+    case = to_junit(Summary(results[:1])).find("testsuite/testcase/skipped")
+    assert case is not None and case.get("message") == "optional behaviour absent"
+
+
 def test_short_lease_requirement_met_with_2s_lease() -> None:
     """A check needing a short lease runs when the Welcome said 2 s."""
     reg = _registry()
@@ -182,7 +211,7 @@ def test_json_and_junit_reports(tmp_path: Path) -> None:
     summary = Summary(tuple(results), profile="upstream", target="unit")
     data = to_json(summary)
     assert data["ok"] is False and len(data["results"]) == 8  # type: ignore[arg-type]
-    assert data["counts"] == {"pass": 1, "fail": 2, "error": 2, "n/a": 2, "divergence": 1}
+    assert data["counts"] == {"pass": 1, "fail": 2, "error": 2, "n/a": 2, "divergence": 1, "optional-fail": 0}
     root = to_junit(summary)
     suite = root.find("testsuite")
     assert suite is not None

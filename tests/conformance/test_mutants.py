@@ -114,6 +114,8 @@ SERVER_MUTANTS: dict[str, list[str]] = {
         "server.5.6.omitted-from-heartbeat-is-reclaimed",
     ],
     "ignore-progress": ["server.5.8.progress-visible"],
+    "keep-silent": ["server.5.10.silent-session-closed-without-charge"],
+    "lapse-back": ["server.5.6.reclaimed-task-goes-elsewhere"],
 }
 CONTROL = "server.6.2.get-task-errors"  # unaffected by every server mutation
 
@@ -129,15 +131,26 @@ async def _against(mutation: str, ids: list[str]) -> dict[str, Status]:
 
 
 def test_each_server_mutant_fails_the_checks_it_breaks() -> None:
-    """A server that ignores credits, heartbeats or progress fails exactly the matching server checks."""
+    """A server that ignores credits, heartbeats, progress or silence fails exactly the matching checks.
+
+    An optional check (behaviour the protocol document does not require) reports ``optional-fail``.
+    """
 
     async def main() -> dict[str, dict[str, Status]]:
-        runs = [_against(m, ids) for m, ids in SERVER_MUTANTS.items()]
+        gate = asyncio.Semaphore(3)  # five servers starting at once on 2 busy cores missed the start timeout
+
+        async def one(mutation: str, ids: list[str]) -> dict[str, Status]:
+            async with gate:
+                return await _against(mutation, ids)
+
+        runs = [one(m, ids) for m, ids in SERVER_MUTANTS.items()]
         return dict(zip(SERVER_MUTANTS, await asyncio.gather(*runs), strict=True))
 
     out = asyncio.run(main())
+    reg = default_registry()
     for mutation, ids in SERVER_MUTANTS.items():
-        want = {i: Status.FAIL for i in ids} | {CONTROL: Status.PASS}
+        want = {i: Status.OPTIONAL_FAIL if reg.get(i).optional else Status.FAIL for i in ids}
+        want |= {CONTROL: Status.PASS}
         assert out[mutation] == want, mutation
 
 

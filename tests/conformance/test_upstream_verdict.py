@@ -9,7 +9,13 @@ import pytest
 
 from conveyor_conformance import CheckFailed, CheckResult, Status, default_registry
 from conveyor_conformance.checks.server_enqueue import _run_dependency_tasks
-from conveyor_conformance.upstream import KNOWN_DIFFERENCES, NOT_APPLICABLE, expected_status, verdict_problems
+from conveyor_conformance.upstream import (
+    KNOWN_DIFFERENCES,
+    NOT_APPLICABLE,
+    OPTIONAL_ABSENT,
+    expected_status,
+    verdict_problems,
+)
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 
@@ -23,6 +29,18 @@ def test_known_differences_are_exactly_the_annotated_checks() -> None:
     assert "§5.1" in annotated["server.5.3.welcome-before-any-dispatch"]
     assert "§5.3" in annotated["server.5.3.welcome-before-any-dispatch"]
     assert {c.id for c in default_registry()} >= NOT_APPLICABLE
+
+
+def test_optional_behaviours_conveyord_lacks_are_optional_checks() -> None:
+    """Each listed optional check exists, is optional, and is expected optional-fail under both profiles."""
+    reg = default_registry()
+    for check_id in OPTIONAL_ABSENT:
+        assert reg.get(check_id).optional, check_id
+        assert expected_status(check_id, "strict") is Status.OPTIONAL_FAIL
+        assert expected_status(check_id, "upstream") is Status.OPTIONAL_FAIL
+    assert not set(OPTIONAL_ABSENT) & set(KNOWN_DIFFERENCES)
+    passing = [_result(check_id, Status.PASS) for check_id in OPTIONAL_ABSENT]
+    assert set(verdict_problems(passing, "upstream")) == set(OPTIONAL_ABSENT)  # a change upstream shows
 
 
 def _result(check_id: str, status: Status, divergence: str = "") -> CheckResult:
