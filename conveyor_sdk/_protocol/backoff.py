@@ -2,7 +2,10 @@
 
 With several server addresses (a cluster's nodes) the worker moves to the next address at
 once when a session ends or a connect fails, and §5.9's backoff is drawn only after a full
-round of addresses failed: one dead node costs no waiting while another node is up.
+round of addresses failed: one dead node costs no waiting while another node is up. The drawn
+delay counts from the start of the round that failed: a round whose set-ups took their time
+(conveyord answers ``internal: session setup failed`` after up to a few seconds while its
+cluster notices a dead node) has already waited that long, and only the rest is slept.
 """
 
 from __future__ import annotations
@@ -82,7 +85,9 @@ class Backoff:
     of addresses has failed, then the jittered delay for ``rounds`` completed rounds. With one
     address every attempt is a round: plain §5.9. ``failures`` counts failed attempts since
     the last established session; :meth:`reset` (called when a Welcome arrives) puts the
-    counters back to 0 and keeps the address that answered. The RNG is injected.
+    counters back to 0 and keeps the address that answered. :meth:`began` marks a connect
+    attempt (the first of a round starts the round's clock): the delay is then due from the
+    round's start, not from its last failure. The RNG is injected.
     """
 
     def __init__(
@@ -104,6 +109,7 @@ class Backoff:
         self.failures = 0
         self.rounds = 0  # full rounds of addresses failed since the last Welcome
         self._tried = 0  # addresses tried in the current round
+        self._round_began: float | None = None  # when the current round's first attempt began
 
     @property
     def address(self) -> str:
@@ -114,8 +120,17 @@ class Backoff:
         """Upper bound (exclusive) of the delay before 0-based attempt ``attempt``."""
         return float(min(self.cap, self.base * 2.0 ** min(attempt, 64)))
 
-    def next_delay(self) -> float:
-        """Delay before the next attempt (0 within a round); moves to the next address."""
+    def began(self, now: float) -> None:
+        """A connect attempt begins at ``now``; the first of a round starts that round's clock."""
+        if self._tried == 0:
+            self._round_began = now
+
+    def next_delay(self, now: float | None = None) -> float:
+        """Delay before the next attempt (0 within a round); moves to the next address.
+
+        After a full round: the jittered delay, less the time since the round began (when
+        ``now`` and :meth:`began` tell it), never below 0.
+        """
         self.failures += 1
         self.index = (self.index + 1) % len(self.addresses)
         self._tried += 1
@@ -124,13 +139,17 @@ class Backoff:
         self._tried = 0
         delay = self._rng() * self.ceiling(self.rounds)
         self.rounds += 1
+        if now is not None and self._round_began is not None:
+            delay = max(0.0, delay - (now - self._round_began))
+        self._round_began = None
         return delay
 
     def reset(self) -> None:
         self.failures = self.rounds = self._tried = 0
+        self._round_began = None
 
     def __repr__(self) -> str:
         return (
-            f"<Backoff base={self.base} cap={self.cap} failures={self.failures}"
+            f"<Backoff base={self.base} cap={self.cap} failures={self.failures} rounds={self.rounds}"
             f" address={self.index + 1}/{len(self.addresses)}>"
         )

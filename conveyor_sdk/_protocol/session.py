@@ -258,6 +258,7 @@ class WorkerSession:
         self.epoch += 1
         self._counts["connections"] += 1
         self._phase_deadline = now + self.welcome_timeout
+        self.backoff.began(now)  # a slow failed set-up counts toward the round's backoff
         self._held.clear()
         self._over_delivers = False
         return [Send(self.config.hello())]
@@ -283,7 +284,7 @@ class WorkerSession:
             actions.append(Stop(error))
         else:
             self.phase = Phase.IDLE
-            actions.append(Reconnect(self.backoff.next_delay()))
+            actions.append(Reconnect(self.backoff.next_delay(now)))
         return actions
 
     def _orphan(self, rec: JobRecord) -> list[Action]:

@@ -233,7 +233,9 @@ class Driver:
                 await self._stream_ended(action.error)
             elif isinstance(action, Reconnect):
                 self.counters["reconnects"] += 1
-                self.log.warning("reconnecting in %.2fs", action.delay)
+                self.log.warning(  # every wait is logged, 0 s included: an idle worker says why
+                    "reconnecting to %s in %.2fs (%s)", self.worker.server, action.delay, self.machine.backoff
+                )
                 self.reconnect_at = time.time() + action.delay
             elif isinstance(action, Stop):
                 self._stop(action)

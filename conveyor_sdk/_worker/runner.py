@@ -58,6 +58,11 @@ class Worker:
         task_log: one INFO line per finished task (id, type, duration, retried n/max); turn
             it off for very high task rates. Failed attempts are logged either way.
         reconnect_base / reconnect_max: §5.9 backoff base and cap in seconds (0.5 and 30).
+        setup_timeout: seconds a new session waits for the server's Welcome before the attempt
+            counts as failed and the next address is tried; default 30 with one address,
+            ``SEVERAL_SETUP_TIMEOUT`` (2) with several: a healthy node welcomes in
+            milliseconds, while a conveyord node whose cluster has not yet noticed a dead
+            peer can take seconds to fail the set-up (docs/interop.md).
         keepalive_interval / keepalive_timeout: an HTTP/2 PING goes to the server every
             ``keepalive_interval`` seconds (5); one unanswered for ``keepalive_timeout`` (10),
             or a write that makes no progress that long, ends the session as transient, and
@@ -90,6 +95,7 @@ class Worker:
         reconnect_max: float = 30.0,
         keepalive_interval: float = DEFAULT_INTERVAL,
         keepalive_timeout: float = DEFAULT_TIMEOUT,
+        setup_timeout: float | None = None,
     ) -> None:
         # Validate now: a bad queue/weight/concurrency never reaches the network.
         self._config = SessionConfig.build(
@@ -103,6 +109,7 @@ class Worker:
             raise ValueError(f"protocol must be 'grpc' or 'connect', not {protocol!r}")
         self.servers = parse_addresses(server)
         self._backoff_args = (reconnect_base, reconnect_max)
+        self.setup_timeout = _setup_timeout(setup_timeout, len(self.servers))
         Backoff(base=reconnect_base, cap=reconnect_max)  # validates both now, not at run()
         self.keepalive = KeepaliveOptions(keepalive_interval, keepalive_timeout)  # ValueError if bad
         self.concurrency = concurrency
@@ -216,6 +223,7 @@ class Worker:
                 base=self.reconnect_base, cap=self.reconnect_max, rng=self._rng, addresses=self.servers
             ),
             progress_interval=self.progress_interval,
+            welcome_timeout=self.setup_timeout,
             close_timeout=self.close_timeout,
         )
         executor = self._executor_arg or LocalExecutor(registry, threads=self.concurrency)
@@ -269,3 +277,14 @@ class Worker:
             keepalive=self.keepalive,
         )
         return open_session, opts
+
+
+SEVERAL_SETUP_TIMEOUT = 2.0  # Welcome wait per attempt when there is another address to try
+
+
+def _setup_timeout(value: float | None, addresses: int) -> float:
+    if value is None:
+        return 30.0 if addresses == 1 else SEVERAL_SETUP_TIMEOUT
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise ValueError(f"setup_timeout must be a positive number of seconds, got {value!r}")
+    return float(value)

@@ -11,6 +11,7 @@ import pytest
 
 from conveyor_sdk._protocol.backoff import Backoff, SettingError, parse_addresses
 from conveyor_sdk.client import Client
+from conveyor_sdk.testing import ScriptedPeer
 from conveyor_sdk.types import TaskState
 from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
 from conveyor_server_min.testing import ServerProcess
@@ -36,6 +37,48 @@ def test_backoff_waits_only_after_a_full_round() -> None:
     assert b.failures == 0 and b.next_delay() == 0.0 and b.address == "b"  # moves on, no wait
     single = Backoff(rng=lambda: 0.999999)
     assert [round(single.next_delay(), 2) for _ in range(3)] == [0.5, 1.0, 2.0]  # one address: as before
+
+
+def test_backoff_counts_from_the_start_of_the_round() -> None:
+    """A round whose set-ups took 1.2 s sleeps only what is left of its draw (none of 0.5 s, 0.9 of 1 s)."""
+    b = Backoff(rng=lambda: 0.999999, addresses=("a", "b"))
+    b.began(0.0)
+    assert b.next_delay(1.0) == 0.0  # a -> b, within the round
+    b.began(1.0)  # not the round's start
+    assert b.next_delay(1.2) == 0.0  # drew 0.5 s, the round already took 1.2 s
+    b.began(1.2)
+    b.next_delay(1.25)
+    b.began(1.25)
+    assert round(b.next_delay(1.3), 2) == 0.9  # drew 1 s, the round took 0.1 s
+    assert round(b.next_delay(), 2) == 0.0 and round(b.next_delay(), 2) == 2.0  # no clock given: the draw
+
+
+def test_setup_timeout_defaults_by_address_count() -> None:
+    """One address waits 30 s for its Welcome, several 2 s each; a bad value is a ValueError."""
+    assert Worker("http://a:1").setup_timeout == 30.0
+    assert Worker("http://a:1,http://b:1").setup_timeout == 2.0
+    assert Worker("http://a:1", setup_timeout=5).setup_timeout == 5.0
+    for bad in (0, -1, float("inf"), True, "3"):
+        with pytest.raises(ValueError, match="setup_timeout"):
+            Worker("http://a:1", setup_timeout=bad)  # type: ignore[arg-type]
+
+
+def test_a_node_that_never_welcomes_costs_one_setup_timeout(server_url: str) -> None:
+    """Given [silent, live] (the silent one takes the Hello, never answers): a task runs within ~2 s."""
+    done: list[float] = []
+
+    async def main() -> None:
+        async with ScriptedPeer() as silent:
+            worker = Worker([silent.url, server_url], reconnect_base=10.0, reconnect_max=10.0)
+            async with Client(server_url) as client, running(worker, _registry(done)):
+                t0 = time.monotonic()
+                info = await client.enqueue("t", b"", **KEEP)
+                await wait_state(client, info.id, TaskState.COMPLETED, timeout=8.0)
+                took = time.monotonic() - t0
+                assert took < 5.0, f"the task waited {took:.2f}s"  # 30 s (the one-address bound) without it
+                assert silent.sessions_opened == 1 and worker.server == server_url
+
+    asyncio.run(main())
 
 
 def test_addresses_are_validated_with_a_typed_error() -> None:
