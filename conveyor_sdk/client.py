@@ -15,9 +15,10 @@ validated on the client before any network call (:class:`ValidationError`, a
 :class:`~conveyor_sdk.errors.ConveyorError` subclasses; a duplicate is
 :class:`~conveyor_sdk.errors.DuplicateTask`. ``unavailable`` is retried with
 full-jitter backoff only for calls that are safe to repeat (GetTask, reads,
-Enqueue with ``task_id``, EnqueueTx when every item has a ``task_id``).
-``enqueue`` gives every task a client-assigned ULID when none was given, so it is
-always safe to repeat. Several server addresses (a list, or one comma-separated
+Enqueue with ``task_id``, EnqueueBatch and EnqueueTx when every item has a ``task_id``).
+``enqueue``, ``enqueue_batch`` and ``enqueue_tx`` give every task a client-assigned ULID
+when none was given, so they are always safe to repeat (see ``_client/repeat.py`` for how
+a repeat that had committed is answered). Several server addresses (a list, or one comma-separated
 string) make a client fail over: see docs/client.md, "Failover".
 Operator calls live on ``client.admin``.
 """
@@ -50,6 +51,7 @@ from conveyor_sdk._client.convert import enqueue_result, task_info
 from conveyor_sdk._client.h2transport import H2Transport
 from conveyor_sdk._client.ids import new_task_id
 from conveyor_sdk._client.options import EnqueueOptions, TaskSpec, ValidationError
+from conveyor_sdk._client.repeat import duplicates, plausibly_ours, repeated, with_ids
 from conveyor_sdk._client.retry import RetryConfig
 from conveyor_sdk._client.seal import check_reserved, seal_request, seal_request_sync
 from conveyor_sdk._client.transport import ClientConfig, Protocol, RoutedStub, UnaryCaller, WireFormat
@@ -58,7 +60,7 @@ from conveyor_sdk._gen.conveyor.v1 import service_connect as sc
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._protocol.backoff import parse_addresses
 from conveyor_sdk.codecs import CodecRegistry
-from conveyor_sdk.errors import DuplicateTask
+from conveyor_sdk.errors import ConveyorError, DuplicateTask
 from conveyor_sdk.types import Duration, EnqueueResult, TaskInfo
 
 __all__ = [
@@ -302,19 +304,36 @@ class Client(_Base):
     ) -> list[EnqueueResult]:
         """Enqueue 1..1000 tasks that succeed or fail independently (results in order)."""
         req = pb.EnqueueBatchRequest(tasks=await self._sealed(tasks, "enqueue_batch"))
-        resp = await self._caller.acall("EnqueueBatch", self._tasks.enqueue_batch, req, _seconds(rpc_timeout))
-        return [enqueue_result(r) for r in resp.results]
+        sent: list[int] = []
+        resp = await self._caller.acall(
+            "EnqueueBatch", self._tasks.enqueue_batch, req, _seconds(rpc_timeout), sent=sent
+        )
+        results = [enqueue_result(r) for r in resp.results]
+        for i in duplicates(req.tasks, resp.results) if repeated(sent) else ():
+            stored = await self._stored(req.tasks[i].task_id)
+            if stored is not None and plausibly_ours(req.tasks[i], stored):
+                results[i] = EnqueueResult(task=task_info(stored))  # our earlier attempt committed it
+        return results
 
     async def enqueue_tx(
         self, tasks: Sequence[TaskSpec], *, rpc_timeout: Duration | None = None
     ) -> list[TaskInfo]:
         """Enqueue 1..1000 tasks atomically: all are committed or none (error raised)."""
         req = pb.EnqueueTxRequest(tasks=await self._sealed(tasks, "enqueue_tx"))
+        # Every item has an id (see _sealed), so a repeat is a no-op on both servers (§6.1).
         resp = await self._caller.acall("EnqueueTx", self._tasks.enqueue_tx, req, _seconds(rpc_timeout))
         return [task_info(t) for t in resp.tasks]
 
+    async def _stored(self, task_id: str) -> pb.TaskInfo | None:
+        try:
+            req = pb.GetTaskRequest(id=task_id)
+            resp: pb.GetTaskResponse = await self._caller.acall("GetTask", self._tasks.get_task, req)
+        except ConveyorError:
+            return None
+        return resp.task
+
     async def _sealed(self, tasks: Sequence[TaskSpec], what: str) -> list[pb.EnqueueRequest]:
-        items = self._items(tasks, what)
+        items = with_ids(self._items(tasks, what))
         for spec, req in zip(tasks, items, strict=True):
             await seal_request(req, _pick(self.encryption, spec))
         return items
@@ -396,17 +415,33 @@ class SyncClient(_Base):
     ) -> list[EnqueueResult]:
         """Enqueue 1..1000 independent tasks (results in order)."""
         req = pb.EnqueueBatchRequest(tasks=self._sealed(tasks, "enqueue_batch"))
-        resp = self._caller.call("EnqueueBatch", self._tasks.enqueue_batch, req, _seconds(rpc_timeout))
-        return [enqueue_result(r) for r in resp.results]
+        sent: list[int] = []
+        timeout = _seconds(rpc_timeout)
+        resp = self._caller.call("EnqueueBatch", self._tasks.enqueue_batch, req, timeout, sent=sent)
+        results = [enqueue_result(r) for r in resp.results]
+        for i in duplicates(req.tasks, resp.results) if repeated(sent) else ():
+            stored = self._stored(req.tasks[i].task_id)
+            if stored is not None and plausibly_ours(req.tasks[i], stored):
+                results[i] = EnqueueResult(task=task_info(stored))  # our earlier attempt committed it
+        return results
 
     def enqueue_tx(self, tasks: Sequence[TaskSpec], *, rpc_timeout: Duration | None = None) -> list[TaskInfo]:
         """Enqueue 1..1000 tasks atomically."""
         req = pb.EnqueueTxRequest(tasks=self._sealed(tasks, "enqueue_tx"))
+        # Every item has an id (see _sealed), so a repeat is a no-op on both servers (§6.1).
         resp = self._caller.call("EnqueueTx", self._tasks.enqueue_tx, req, _seconds(rpc_timeout))
         return [task_info(t) for t in resp.tasks]
 
+    def _stored(self, task_id: str) -> pb.TaskInfo | None:
+        try:
+            req = pb.GetTaskRequest(id=task_id)
+            resp: pb.GetTaskResponse = self._caller.call("GetTask", self._tasks.get_task, req)
+        except ConveyorError:
+            return None
+        return resp.task
+
     def _sealed(self, tasks: Sequence[TaskSpec], what: str) -> list[pb.EnqueueRequest]:
-        items = self._items(tasks, what)
+        items = with_ids(self._items(tasks, what))
         for spec, req in zip(tasks, items, strict=True):
             seal_request_sync(req, _pick(self.encryption, spec))
         return items

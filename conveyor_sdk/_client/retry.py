@@ -2,8 +2,8 @@
 
 Only ``unavailable`` is retried, and only for calls whose repetition cannot
 create a second task: GetTask and other reads always, Enqueue when it carries a
-``task_id``, EnqueueTx when every item carries one. EnqueueBatch and admin
-mutations are never retried automatically.
+``task_id``, EnqueueBatch and EnqueueTx when every item carries one (the clients give
+every item one by default). Admin mutations are never retried automatically.
 """
 
 from __future__ import annotations
@@ -57,7 +57,9 @@ def safe_to_repeat(method: str, request: object) -> bool:
         return True
     if method == "Enqueue" and isinstance(request, pb.EnqueueRequest):
         return bool(request.task_id)
-    if method == "EnqueueTx" and isinstance(request, pb.EnqueueTxRequest):
+    if method in ("EnqueueTx", "EnqueueBatch") and isinstance(
+        request, pb.EnqueueTxRequest | pb.EnqueueBatchRequest
+    ):
         return all(item.task_id for item in request.tasks)
     return False
 

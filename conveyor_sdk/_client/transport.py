@@ -219,8 +219,12 @@ class UnaryCaller:
         fn: Callable[..., Awaitable[RES]],
         request: object,
         timeout: float | None = None,  # noqa: ASYNC109  # forwarded to connectrpc as timeout_ms
+        sent: list[int] | None = None,
     ) -> RES:
-        """Async call of a generated client method ``fn`` (e.g. ``tasks.enqueue``)."""
+        """Async call of a generated client method ``fn`` (e.g. ``tasks.enqueue``).
+
+        ``sent``, when given, gets the number of attempts that may have reached a server
+        appended on success (more than 1: the request was repeated; see ``repeat``)."""
         safe = safe_to_repeat(method, request)
         plan = self.config.retry if safe else NO_RETRY
         timeout_ms = self.config.timeout_ms(timeout)
@@ -230,7 +234,10 @@ class UnaryCaller:
             self.calls += 1
             target, index = _target(fn)
             try:
-                return await self._attempt(target, request, timeout_ms)
+                result = await self._attempt(target, request, timeout_ms)
+                if sent is not None:
+                    sent.append(attempt - unsent)
+                return result
             except Exception as exc:
                 if _cancelled(exc):
                     raise asyncio.CancelledError() from exc
@@ -276,8 +283,9 @@ class UnaryCaller:
         fn: Callable[..., RES],
         request: object,
         timeout: float | None = None,
+        sent: list[int] | None = None,
     ) -> RES:
-        """Blocking call of a generated sync client method."""
+        """Blocking call of a generated sync client method (``sent``: as for :meth:`acall`)."""
         safe = safe_to_repeat(method, request)
         plan = self.config.retry if safe else NO_RETRY
         timeout_ms = self.config.timeout_ms(timeout)
@@ -287,7 +295,10 @@ class UnaryCaller:
             self.calls += 1
             target, index = _target(fn)
             try:
-                return target(request, headers=self.headers, timeout_ms=timeout_ms)
+                result = target(request, headers=self.headers, timeout_ms=timeout_ms)
+                if sent is not None:
+                    sent.append(attempt - unsent)
+                return result
             except Exception as exc:
                 err = _with_attempts(translate(exc), attempt, unsent)
                 unsent += bool(err.details.get("not_sent"))

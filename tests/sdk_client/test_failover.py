@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 
-from conveyor_sdk.client import Client, SyncClient
+from conveyor_sdk.client import Client, SyncClient, task
 from conveyor_sdk.errors import DuplicateTask
+from conveyor_sdk.testing.faultproxy import FaultProxy
 from conveyor_server_min.testing import ServerProcess
+from tests._util import eventually
 from tests.conftest import FAST_ARGS
 from tests.sdk_client.test_retry_and_errors import LostAnswer, _client
+
+T = TypeVar("T")
 
 
 def _dead() -> str:
@@ -78,3 +84,41 @@ def test_a_user_id_that_is_taken_still_raises(url: str) -> None:
                 await fresh.enqueue("fo:t", task_id=first.id)
 
     asyncio.run(main())
+
+
+async def _answer_lost(proxy: FaultProxy, committed: Callable[[], Awaitable[bool]], call: Awaitable[T]) -> T:
+    """Run ``call`` through ``proxy`` so the server commits it but its answer never comes back."""
+    proxy.blackhole("down")
+    pending = asyncio.ensure_future(call)
+    assert await eventually(committed, timeout=10, what="the server committed the call")
+    proxy.reset()  # the connection dies after the commit: the caller sees unavailable
+    return await pending
+
+
+async def _count(client: Client, queue: str) -> int:
+    return len((await client.admin.list_tasks(queue=queue, limit=100)).tasks)
+
+
+@pytest.mark.parametrize("kind", ["batch", "tx"])
+def test_a_batch_or_tx_whose_answer_was_lost_is_committed_once(url: str, kind: str) -> None:
+    """No task_id given: the repeat on the next address carries the same ids and reads them back."""
+
+    async def main() -> None:
+        async with FaultProxy(url.removeprefix("http://")) as proxy, Client(url) as direct:
+            q = f"lost-{kind}"
+            async with Client([proxy.url, url], timeout=15.0) as client:
+                specs = [task("fo:t", {"n": i}, queue=q) for i in range(3)]
+                call = client.enqueue_batch(specs) if kind == "batch" else client.enqueue_tx(specs)
+                got = await _answer_lost(proxy, lambda: _has(direct, q, 3), call)
+                infos = [r.task for r in got] if kind == "batch" else got  # type: ignore[union-attr]
+                assert client.statistics()["failovers"] >= 1
+            assert all(i is not None and len(i.id) == 26 for i in infos)  # type: ignore[union-attr]
+            assert await _count(direct, q) == 3  # one task each, not two
+            stored = {t.id for t in (await direct.admin.list_tasks(queue=q, limit=100)).tasks}
+            assert stored == {i.id for i in infos}  # type: ignore[union-attr]
+
+    asyncio.run(main())
+
+
+async def _has(client: Client, queue: str, n: int) -> bool:
+    return await _count(client, queue) >= n

@@ -91,14 +91,15 @@ def _client(service: AsyncFlaky, **kw: object) -> Client:
 
 
 def test_safe_to_repeat_rules() -> None:
-    """GetTask always; Enqueue only with task_id; EnqueueTx only when every item has one; batch never."""
+    """GetTask always; Enqueue only with task_id; EnqueueTx and EnqueueBatch only when every item has one."""
     assert safe_to_repeat("GetTask", pb.GetTaskRequest(id="x"))
     assert safe_to_repeat("Enqueue", pb.EnqueueRequest(type="t", task_id="a"))
     assert not safe_to_repeat("Enqueue", pb.EnqueueRequest(type="t"))
     both = pb.EnqueueTxRequest(tasks=[pb.EnqueueRequest(task_id="a"), pb.EnqueueRequest(task_id="b")])
     one = pb.EnqueueTxRequest(tasks=[pb.EnqueueRequest(task_id="a"), pb.EnqueueRequest()])
     assert safe_to_repeat("EnqueueTx", both) and not safe_to_repeat("EnqueueTx", one)
-    assert not safe_to_repeat("EnqueueBatch", pb.EnqueueBatchRequest(tasks=[pb.EnqueueRequest(task_id="a")]))
+    assert safe_to_repeat("EnqueueBatch", pb.EnqueueBatchRequest(tasks=[pb.EnqueueRequest(task_id="a")]))
+    assert not safe_to_repeat("EnqueueBatch", pb.EnqueueBatchRequest(tasks=[pb.EnqueueRequest()]))
     assert not safe_to_repeat("CancelTask", pb.CancelTaskRequest(id="a"))
 
 
@@ -129,18 +130,22 @@ def test_safe_calls_are_retried_through_a_flapping_server() -> None:
     asyncio.run(main())
 
 
-def test_unsafe_calls_are_not_retried() -> None:
-    """EnqueueBatch fails on the first unavailable; Enqueue without task_id gets an id and is retried."""
+def test_enqueues_without_ids_get_ids_and_are_retried() -> None:
+    """Enqueue, EnqueueBatch and EnqueueTx without task_id get ULIDs, so unavailable is retried."""
 
     async def main() -> None:
         service = AsyncFlaky(failures=1)
         async with _client(service) as client:
-            with pytest.raises(Unavailable, match="flap 1") as info:
-                await client.enqueue_batch([task("t", None, task_id="x")])
-            assert info.value.retryable and info.value.code is Code.UNAVAILABLE
-            service.failures = 3  # counts every call so far: the batch, then two Enqueue attempts
+            results = await client.enqueue_batch([task("t", None), task("t", None, task_id="x")])
+            assert service.calls == ["EnqueueBatch"] * 2 and all(r.ok for r in results)
+            assert len(results[0].task.id) == 26 and results[1].task.id == "x"  # type: ignore[union-attr]
+            service.failures = 4  # counts every call so far: the two batch attempts, then Enqueue
             info2 = await client.enqueue("t", None)
-            assert len(info2.id) == 26 and service.calls == ["EnqueueBatch"] + ["Enqueue"] * 3
+            assert len(info2.id) == 26 and service.calls == ["EnqueueBatch"] * 2 + ["Enqueue"] * 3
+            service.failures = 6
+            tx = await client.enqueue_tx([task("a", None), task("b", None)])
+            assert len({t.id for t in tx}) == 2 and all(len(t.id) == 26 for t in tx)
+            assert service.calls[-2:] == ["EnqueueTx"] * 2
 
     asyncio.run(main())
 
