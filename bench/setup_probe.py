@@ -1,7 +1,7 @@
 """Server side of a conveyord failover, with bare sessions: how soon does a surviving node welcome?
 
-    CONVEYORD=/work/upstream-build/bin/conveyord BASE=29000 GOMAXPROCS=4 bash /work/shared/tools/conveyord.sh cluster
-    CONVEYORD=... BASE=29000 .venv/bin/python bench/setup_probe.py --kills 5
+    CONVEYORD=/work/upstream-build/bin/conveyord BASE=29000 GOMAXPROCS=4 \
+        .venv/bin/python bench/setup_probe.py --kills 5
 
 No SDK worker logic: raw Session streams through the SDK transport, every frame decided here.
 Under load (a producer at --rate/s on nodes 2 and 3, one acking bare session per node), it kills
@@ -24,6 +24,8 @@ import os
 import statistics
 import subprocess
 import time
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
@@ -76,17 +78,19 @@ async def one_setup(url: str, queue: str, within: float) -> str:
             await asyncio.wait_for(stream.aclose(), 2)
 
 
-async def prober(node: int, url: str, queue: str, within: float, run: Run, stop: asyncio.Event) -> None:
-    while not stop.is_set():
+async def prober(node: int, url: str, probe: Probe) -> None:
+    """Bare set-ups in a loop (on a queue of their own: the Welcome alone is measured)."""
+    while not probe.stop.is_set():
         began = time.monotonic()
-        outcome = await one_setup(url, f"{queue}-probe", within)
-        run.attempts.append(Attempt(node, began, time.monotonic(), outcome))
+        outcome = await one_setup(url, f"{probe.queue}-probe", probe.within)
+        probe.run.attempts.append(Attempt(node, began, time.monotonic(), outcome))
         if outcome != "welcome":
             await asyncio.sleep(0.1)
 
 
-async def first_task(node: int, url: str, queue: str, within: float, run: Run, stop: asyncio.Event) -> None:
-    """Fresh sessions on the backlogged queue until one gets a Dispatch within ``within`` of its Welcome."""
+async def first_task(node: int, url: str, probe: Probe, within: float = 2.0) -> None:
+    """Fresh sessions on the backlogged queue until one gets a Dispatch within ``within`` s."""
+    run, stop, queue = probe.run, probe.stop, probe.queue
     while not stop.is_set():
         began = time.monotonic()
         outcome = "no Dispatch"
@@ -165,58 +169,89 @@ async def all_welcome(urls: list[str], queue: str) -> None:
     raise SystemExit("the cluster did not welcome on every node within 120 s")
 
 
-async def one_kill(args: argparse.Namespace, urls: list[str], k: int) -> dict[str, object]:
+@dataclass
+class Probe:
+    """Where prober coroutines write; ``within``: a set-up's Welcome wait."""
+
+    run: Run
+    stop: asyncio.Event
+    queue: str
+    within: float
+
+
+def since(t: float | None, killed: float) -> float | None:
+    return None if t is None else t - killed
+
+
+def first_end(attempts: list[Attempt], node: int, outcome: str, after: float) -> float | None:
+    return min(
+        (a.ended for a in attempts if a.node == node and a.outcome == outcome and a.began >= after),
+        default=None,
+    )
+
+
+async def one_kill(args: argparse.Namespace, urls: list[str], k: int) -> dict[str, float | None]:
+    """One kill -9 of node 1 under load; prints what happened, returns the summary row."""
     queue = f"probe{k}x{int(time.time())}"
-    run = Run()
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(acker(n + 1, u, queue, run, stop)) for n, u in enumerate(urls)]
-    tasks.append(asyncio.create_task(produce(urls[1:], queue, args.rate, stop)))
+    run, stop = Run(), asyncio.Event()
+    probe = Probe(run, stop, queue, args.within)
+    ackers = [asyncio.create_task(acker(n + 1, u, queue, run, stop)) for n, u in enumerate(urls)]
+    tasks = [asyncio.create_task(produce(urls[1:], queue, args.rate, stop))]
     await asyncio.sleep(args.warmup)
-    for n in (2, 3):
-        tasks += [
-            asyncio.create_task(prober(n, urls[n - 1], queue, args.within, run, stop))
-            for _ in range(args.probes)
-        ]
+    tasks += [asyncio.create_task(prober(n, urls[n - 1], probe)) for n in (2, 3) for _ in range(args.probes)]
     await asyncio.sleep(1.0)
     killed = time.monotonic()
     subprocess.run(["bash", SCRIPT, "kill", "1"], check=True, capture_output=True)  # noqa: ASYNC221  # the measured moment
-    tasks += [asyncio.create_task(first_task(n, urls[n - 1], queue, 2.0, run, stop)) for n in (2, 3)]
+    tasks += [asyncio.create_task(first_task(n, urls[n - 1], probe)) for n in (2, 3)]
     await asyncio.sleep(args.after)
     stop.set()
-    for t in tasks[:3]:  # the ackers wait in recv
+    for t in ackers:  # they wait in recv
         t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    after = [a for a in run.attempts if a.began >= killed]
-    first = {
-        n: min((a.ended for a in after if a.node == n and a.outcome == "welcome"), default=None)
+    await asyncio.gather(*ackers, *tasks, return_exceptions=True)
+    att = run.attempts
+    welcome = {n: since(first_end(att, n, "welcome", killed), killed) for n in (2, 3)}
+    fresh = {n: since(first_end(att, n + 10, "dispatch", killed), killed) for n in (2, 3)}
+    held = {
+        n: since(min((t for t in run.dispatches.get(n, []) if t >= killed), default=None), killed)
         for n in (2, 3)
     }
-    failed = [a for a in run.attempts if a.node < 10 and a.ended >= killed and a.outcome != "welcome"]
-    ok = sorted(a.ended - a.began for a in after if a.node < 10 and a.outcome == "welcome")
-    task = {
-        n: min((a.ended for a in run.attempts if a.node == n + 10 and a.outcome == "dispatch"), default=None)
-        for n in (2, 3)
-    }
-    tries = {n: [a.outcome for a in run.attempts if a.node == n + 10] for n in (2, 3)}
-    gaps = {}
+    print(
+        f"kill {k + 1}: first Welcome to a set-up begun after the kill:"
+        f" node2 {fmt(welcome[2])}, node3 {fmt(welcome[3])}"
+    )
+    for a in att:
+        if a.node < 10 and a.ended >= killed and a.outcome != "welcome":
+            print(
+                f"    node{a.node} set-up at {a.began - killed:+.2f} s"
+                f" failed after {a.ended - a.began:.2f} s: {a.outcome}"
+            )
+    ok = sorted(
+        a.ended - a.began for a in att if a.node < 10 and a.began >= killed and a.outcome == "welcome"
+    )
+    if ok:
+        print(
+            f"    set-ups welcomed after the kill: {len(ok)},"
+            f" median {statistics.median(ok):.3f} s, max {ok[-1]:.2f} s"
+        )
+    print(
+        f"    first Dispatch to a fresh session (begun after the kill):"
+        f" node2 {fmt(fresh[2])}, node3 {fmt(fresh[3])}"
+    )
     for n in (2, 3):
-        before = [t for t in run.dispatches.get(n, []) if t < killed]
-        later = [t for t in run.dispatches.get(n, []) if t >= killed]
-        gaps[n] = (later[0] - killed) if later else None
-        gaps[n + 10] = len(before)
-    return {
-        "first_welcome": first,
-        "failed": failed,
-        "gaps": gaps,
-        "killed": killed,
-        "ok": ok,
-        "task": task,
-        "tries": tries,
-    }
+        print(f"    node{n} fresh sessions: {dict(Counter(a.outcome for a in att if a.node == n + 10))}")
+    print(
+        f"    first Dispatch after the kill to the sessions open before it:"
+        f" node2 {fmt(held[2])}, node3 {fmt(held[3])}"
+    )
+    return {"welcome": _min(welcome.values()), "fresh": _min(fresh.values()), "held": _min(held.values())}
+
+
+def _min(values: Iterable[float | None]) -> float | None:
+    return min((v for v in values if v is not None), default=None)
 
 
 def fmt(v: float | None) -> str:
-    return "never" if v is None else f"{v:.2f}"
+    return "never" if v is None else f"{v:.2f} s"
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -227,53 +262,21 @@ async def main(args: argparse.Namespace) -> None:
         subprocess.run(["bash", SCRIPT, "down"], check=True, capture_output=True)  # noqa: ASYNC221
         subprocess.run(["bash", SCRIPT, "cluster"], check=True, capture_output=True)  # noqa: ASYNC221
         await all_welcome(urls, f"ready{k}")
-        res = await one_kill(args, urls, k)
-        killed = res["killed"]
-        fw = res["first_welcome"]
-        firsts = [v - killed for v in fw.values() if v is not None]  # type: ignore[attr-defined,operator]
-        best = min(firsts) if firsts else None
-        print(
-            f"kill {k + 1}: first Welcome (attempt begun after the kill) node2 "
-            f"{fmt(fw[2] - killed if fw[2] else None)} s, node3 {fmt(fw[3] - killed if fw[3] else None)} s"
-        )  # type: ignore[index,operator]
-        for a in res["failed"]:  # type: ignore[attr-defined]
-            print(
-                f"    node{a.node} set-up began {a.began - killed:+.2f} s, failed after {a.ended - a.began:.2f} s: {a.outcome}"
-            )
-        gaps = res["gaps"]
-        print(
-            f"    first Dispatch after the kill to the established sessions: node2 {fmt(gaps[2])} s,"  # type: ignore[index]
-            f" node3 {fmt(gaps[3])} s (dispatches before the kill: {gaps[12]}, {gaps[13]})"
-        )  # type: ignore[index]
-        ok = res["ok"]
-        if ok:
-            print(
-                f"    successful set-ups after the kill: {len(ok)}, median {statistics.median(ok):.3f} s, max {ok[-1]:.2f} s"
-            )  # type: ignore[arg-type,index]
-        task = res["task"]
-        print(
-            f"    first Dispatch to a fresh session begun after the kill: node2 {fmt(task[2] - killed if task[2] else None)} s,"  # type: ignore[index,operator]
-            f" node3 {fmt(task[3] - killed if task[3] else None)} s"
-        )  # type: ignore[index,operator]
-        for n in (2, 3):
-            from collections import Counter
-
-            print(f"    node{n} fresh-session outcomes: {dict(Counter(res['tries'][n]))}")  # type: ignore[index]
-        rows.append((best, gaps))
+        rows.append(await one_kill(args, urls, k))
     subprocess.run(["bash", SCRIPT, "down"], check=True, capture_output=True)  # noqa: ASYNC221
-    firsts = [r[0] for r in rows if r[0] is not None]
-    if firsts:
-        print(
-            f"median first Welcome on a survivor after kill -9: {statistics.median(firsts):.2f} s over {len(firsts)} kills"
-        )
+    print("\n| kill | first Welcome, survivor | first task, fresh session | first task, open sessions |")
+    print("|---|---|---|---|")
+    for k, r in enumerate(rows, 1):
+        print(f"| {k} | {fmt(r['welcome'])} | {fmt(r['fresh'])} | {fmt(r['held'])} |")
+    print(f"('never': not within {args.after:g} s)")
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--kills", type=int, default=5)
-    p.add_argument("--probes", type=int, default=3, help="concurrent bare set-ups per surviving node")
+    p.add_argument("--probes", type=int, default=2, help="concurrent bare set-ups per surviving node")
     p.add_argument("--within", type=float, default=10.0, help="seconds a set-up may wait for its Welcome")
     p.add_argument("--rate", type=float, default=40.0)
     p.add_argument("--warmup", type=float, default=3.0)
-    p.add_argument("--after", type=float, default=12.0)
+    p.add_argument("--after", type=float, default=30.0)
     asyncio.run(main(p.parse_args()))
