@@ -78,6 +78,14 @@ OPTIONS: tuple[Option, ...] = (
         _E + "PROMOTE_INTERVAL",
     ),
     Option(
+        "silent_session_intervals",
+        "--silent-session-intervals",
+        "int",
+        "Close a session that holds tasks and sends nothing for this many heartbeat intervals "
+        "(lease-ttl / 3), releasing its tasks; 0 = never (default 3).",
+        metavar="N",
+    ),
+    Option(
         "group_max_size", "--group-max-size", "int", "Group fires at this size (100).", _E + "GROUP_MAX_SIZE"
     ),
     Option(

@@ -9,7 +9,10 @@ so they do not keep a silent session open.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from urllib.parse import unquote
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
@@ -17,6 +20,7 @@ from conveyor_sdk.client import Client
 from conveyor_sdk.types import TaskState
 from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
 from conveyor_server_min.testing import ServerProcess
+from tests.conftest import FAST_ARGS
 from tests.sdk_worker._helpers import KEEP, running, wait_state
 
 from .fakes import SESSION
@@ -94,3 +98,34 @@ def test_pings_are_answered_promptly_on_a_session_connection(server: ServerProce
             await quiet.close()
 
     asyncio.run(main())
+
+
+def test_the_rule_is_off_with_silent_session_intervals_0(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """--silent-session-intervals 0: the quiet session stays open and its lease lapses, charged a retry."""
+    server = server_factory([*FAST_ARGS, "--silent-session-intervals", "0"])
+
+    async def main() -> None:
+        quiet, sid = await _quiet_session(server, "silent-off")
+        try:
+            async with Client(server.url) as producer:
+                info = await producer.enqueue("off", b"", queue="silent-off", **KEEP)
+                await quiet.server_messages(sid, 2)
+                lapsed = await wait_state(producer, info.id, TaskState.RETRY, timeout=LEASE + 10)
+                assert (lapsed.retried, lapsed.last_error) == (1, "lease expired")
+                assert not quiet.streams[sid].done
+        finally:
+            await quiet.close()
+
+    asyncio.run(main())
+
+
+def test_a_bad_silent_session_intervals_is_one_line_and_exit_2() -> None:
+    """A non-integer value is refused before the server starts, naming the flag."""
+    cmd = [sys.executable, "-m", "conveyor_server_min", "--dev", "--silent-session-intervals", "often"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: --silent-session-intervals must be an integer, got 'often'"
+    ], proc.stderr
