@@ -9,7 +9,7 @@ heartbeat interval, never a finished job's, because a child reports before each 
 Gauges are combined over the live sources by the family's mode: ``sum`` / ``max`` / ``min``;
 ``last`` is the value most recently received from any child, kept after that child exits.
 The supervisor's own store (``local``: the in-process Worker with ``--processes 0``, or
-code running in the supervisor) is one more live source.
+code running in the supervisor) is one more live source (for gauges only while no child reported).
 
 Bounded: at most ``max_series`` series in total; further ones are dropped (counted in
 :attr:`CustomMetrics.dropped`, logged once per family). A family a child declares
@@ -132,7 +132,12 @@ class CustomMetrics:
         live = list(self.children.values())
         if self.local is not None:
             with self.local.lock:
-                live.append({k: list(c) for k, c in self.local.cells.items()})
+                local = {k: list(c) for k, c in self.local.cells.items()}
+            if self.children or self.retired or self.last:
+                # Children run the handlers: the supervisor's own gauges (declared by importing the
+                # app, never set) would put a 0 into every max / min.
+                local = {k: c for k, c in local.items() if (f := self.family(k[0])) and f.kind != "gauge"}
+            live.append(local)
         return live
 
     def values(self) -> dict[SeriesKey, list[float]]:

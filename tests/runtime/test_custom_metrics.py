@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Iterator
@@ -13,8 +14,9 @@ from conveyor_sdk._runtime.custom import CustomMetrics
 from conveyor_sdk._runtime.metrics import Metrics
 from conveyor_sdk._runtime.mstore import STORE, Family, MetricError, Store
 from conveyor_sdk._runtime.pipe import FrameReader, MetricFamilyMsg, MetricsReport, encode
+from conveyor_sdk._worker.executor import Job, Outcome, OutcomeKind, TaskData
 from conveyor_sdk.app import App
-from conveyor_sdk.testing import call_task
+from conveyor_sdk.testing import AppRunner, call_task, start_server
 from conveyor_sdk.worker import TaskContext
 
 _app = App()
@@ -215,3 +217,50 @@ def test_store_collect_sends_only_changes_and_announces_families_once() -> None:
     store.add(key, cell, 1)
     assert store.collect() == ([], [("n_total", (), [3.0])])
     assert STORE is not store
+
+
+def test_app_runner_handlers_record_in_process() -> None:
+    """Under AppRunner (an in-process Worker against a real server) the calls record into this process."""
+    server = start_server()
+    try:
+
+        async def main() -> None:
+            async with AppRunner(_app, server.url) as runner:
+                for n in (1, 4):
+                    await runner.enqueue(_metered, n)
+                result = await runner.run_until_idle(timeout=20)
+            assert all(r.ok for r in result.tasks)
+
+        asyncio.run(main())
+    finally:
+        server.stop()
+    assert metrics.value("test_calls_total", kind="metered") == 5
+
+
+def test_unregistered_types_share_the_other_label() -> None:
+    """A task type no child registered is counted as type="other": producers cannot grow the series."""
+    m = Metrics(types={"known"})
+
+    def job(type_: str) -> Job:
+        task = TaskData("t1", "q", type_, b"", "", {}, 0, 0)
+        return Job(job_id="t1", queue="q", type=type_, tasks=(task,), batch=False, deadline=None)
+
+    for type_ in ("known", "made-up-1", "made-up-2"):
+        m.job_started(job(type_))
+        m.job_finished(job(type_), [Outcome(OutcomeKind.RETRY, "x")], 0.01)
+    text = m.render()
+    assert 'conveyor_tasks_total{type="known",queue="q",outcome="retry"} 1' in text
+    assert 'conveyor_tasks_total{type="other",queue="q",outcome="retry"} 2' in text
+    assert 'conveyor_worker_archived_total{type="other"} 2' in text  # max_retry 0: no retry left
+    assert "made-up" not in text
+
+
+def test_the_supervisors_own_untouched_gauges_do_not_skew_children() -> None:
+    """With children reporting, the supervisor's own gauge (declared by importing the app) is not a source."""
+    local = Store()
+    fam = local.declare(Family("low", "gauge", mode="min"))
+    agg = CustomMetrics(local=local)
+    assert agg.values()[("low", ())] == [0]  # in-process: the local value is the value
+    agg.update("default-0", [fam], [("low", (), [5.0])])
+    agg.update("default-1", [], [("low", (), [7.0])])
+    assert agg.values()[("low", ())] == [5]

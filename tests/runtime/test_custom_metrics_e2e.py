@@ -115,3 +115,31 @@ def test_counter_from_two_children_is_summed_and_survives_recycling(
     assert 0 <= _value(body, "children_reporting") <= 2
     proc.signal(signal.SIGTERM)
     assert proc.wait() == 0
+
+
+def test_processes_zero_exports_the_in_process_values(
+    tmp_path: Path, server: ServerProcess, worker_factory: Factory
+) -> None:
+    """--processes 0 runs handlers in the supervisor: /metrics exports their custom values and capacity."""
+    (tmp_path / "mailapp.py").write_text(APP)
+    proc = worker_factory(
+        tmp_path, "mailapp:app", "--server", server.url, "-q", "mail=1",
+        "--processes", "0", "--concurrency", "3", "--metrics-port", "0",
+    )  # fmt: skip
+    proc.wait_for("established")
+    base = proc.output.split("metrics listening on ", 1)[1].split()[0]
+    with SyncClient(server.url) as client:
+        for _ in range(3):
+            client.enqueue("send", b"", queue="mail")
+
+    def counted() -> str:
+        body = _scrape(base)
+        return body if _value(body, 'emails_sent_total{provider="ses"}') == 3 else ""
+
+    body = wait_until(counted, timeout=30, what="3 sends in /metrics")
+    assert _value(body, "render_seconds_count") == 3
+    assert _value(body, 'conveyor_worker_slots{pool="default"}') == 3
+    assert _value(body, 'conveyor_worker_busy{pool="default",queue="mail"}') == 0
+    assert "conveyor_worker_queue_wait_seconds_count" not in body  # no child to observe (docs say so)
+    proc.signal(signal.SIGTERM)
+    assert proc.wait() == 0
