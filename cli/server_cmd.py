@@ -1,8 +1,10 @@
-"""``conveyor server`` (and ``python -m conveyor_server_min``): run the reference server.
+"""``conveyor server``: run the reference server with the web dashboard at ``/``.
 
-The options come from :data:`conveyor_server_min.config.OPTIONS`, so both entry
-points share one parser. Values arrive as text and are validated by
-``build_config``: a bad value prints one ``error:`` line and exits 2.
+The server options come from :data:`conveyor_server_min.config.OPTIONS`, the table
+``python -m conveyor_server_min`` (the bare server, no CLI) parses too. Values arrive
+as text and are validated by ``build_config``: a bad value prints one ``error:`` line
+and exits 2. ``python -m conveyor_cli.server_cmd`` runs this command alone, without
+loading the other commands (``conveyor worker`` starts its embedded server so).
 """
 
 from __future__ import annotations
@@ -174,9 +176,13 @@ def register(app: typer.Typer) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m conveyor_server_min`` entry point: the same command as ``conveyor server``."""
+    """``python -m conveyor_cli.server_cmd``: the ``conveyor server`` command on its own."""
     from conveyor_cli import _common
 
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command(help=_HELP)(server_command())
-    _common.run_app(app, argv, prog_name="python -m conveyor_server_min")
+    _common.run_app(app, argv, prog_name="conveyor server")
+
+
+if __name__ == "__main__":
+    main()

@@ -31,7 +31,8 @@ class ServerProcess:
 
     ``args`` are extra command-line flags, e.g. ``["--lease-ttl", "2s"]``.
     ``--port 0`` and ``--host 127.0.0.1`` are added unless given; ``--dev`` is
-    added unless a ``--token`` is given.
+    added unless a ``--token`` is given. ``module`` is what ``python -m`` runs:
+    ``conveyor_cli.server_cmd`` is ``conveyor server``, the server with the dashboard.
     """
 
     def __init__(
@@ -40,8 +41,10 @@ class ServerProcess:
         *,
         env: dict[str, str] | None = None,
         start_timeout: float = 20.0,
+        module: str = "conveyor_server_min",
     ) -> None:
         self.args = list(args)
+        self.module = module
         self.env = env
         self.start_timeout = start_timeout
         self.url = ""
@@ -57,7 +60,7 @@ class ServerProcess:
 
     def command(self) -> list[str]:
         """The full command line that ``start`` runs."""
-        cmd = [sys.executable, "-m", "conveyor_server_min", *self.args]
+        cmd = [sys.executable, "-m", self.module, *self.args]
         if "--port" not in self.args:
             cmd += ["--port", "0"]
         if "--host" not in self.args:

@@ -3,11 +3,15 @@
 It listens on 127.0.0.1:8080 when that port is free, so the operator commands'
 default (``http://localhost:8080``) reaches it from a second terminal; otherwise
 on a port the kernel picks. ``CONVEYOR_EMBEDDED_PORT`` changes the preferred port
-(``0``: always a random one). It runs as its own process (``python -m conveyor_server_min --dev --port 0``),
-so it never competes for the supervisor's GIL, and it is tied to the
-supervisor's life twice over: ``PR_SET_PDEATHSIG`` kills it if the supervisor
-dies, and :meth:`EmbeddedServer.stop` SIGTERMs it on a normal exit. Readiness
-is its ``listening on http://HOST:PORT`` line (read with a timeout, no sleep).
+(``0``: always a random one). It runs as its own process, so it never competes for the
+supervisor's GIL: the bare reference server (``python -m conveyor_server_min``) unless the
+caller names another command; ``conveyor worker`` names ``conveyor server``'s, which adds the
+dashboard (the runtime never imports, or names, the CLI). The process is tied to the
+supervisor's life twice over: ``PR_SET_PDEATHSIG`` kills it if the supervisor dies (set by a
+tiny trampoline that then execs the command, as the flag survives exec), and
+:meth:`EmbeddedServer.stop` SIGTERMs it on a normal exit. Readiness is its
+``listening on http://HOST:PORT`` line (read with a timeout, no sleep); a ``dashboard on URL``
+line before it gives :attr:`EmbeddedServer.dashboard_url`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import time
 __all__ = [
     "DEFAULT_PORT",
     "PORT_ENV",
+    "SERVER_COMMAND",
     "EmbeddedServer",
     "EmbeddedServerError",
     "answers_as_conveyor",
@@ -38,14 +43,18 @@ PORT_ENV = "CONVEYOR_EMBEDDED_PORT"
 log = logging.getLogger("conveyor.server")
 
 _LISTENING = re.compile(r"^listening on (https?://\S+)\s*$")
-_BOOT = (
-    "import ctypes, runpy, signal, sys\n"
+_DASHBOARD = re.compile(r"^dashboard on (https?://\S+?)/? for ")
+SERVER_COMMAND = (sys.executable, "-m", "conveyor_server_min")  # the bare server; no dashboard
+# Runs argv[1:] with PR_SET_PDEATHSIG set: the flag survives exec, and setting it here (not in a
+# preexec_fn) keeps the fork of a threaded supervisor free of Python code. ``-S``: no site, so
+# the trampoline costs a few milliseconds.
+_TIE_TO_PARENT = (
+    "import ctypes, os, signal, sys\n"
     "try:\n"
     "    ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
     "except Exception:\n"
     "    pass\n"
-    "sys.argv = ['conveyor_server_min', *sys.argv[1:]]\n"
-    "runpy.run_module('conveyor_server_min', run_name='__main__', alter_sys=True)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
 )
 
 
@@ -101,9 +110,16 @@ class EmbeddedServer:
     """A dev-mode reference server on 127.0.0.1: the preferred port when free, else any."""
 
     def __init__(
-        self, args: tuple[str, ...] = (), *, start_timeout: float = 30.0, port: int | None = None
+        self,
+        args: tuple[str, ...] = (),
+        *,
+        command: tuple[str, ...] = SERVER_COMMAND,
+        start_timeout: float = 30.0,
+        port: int | None = None,
     ) -> None:
         self.args = args
+        self.command = command or SERVER_COMMAND  # the server's argv before its flags
+        self.dashboard_url = ""  # the web dashboard, when the server announced one
         self.start_timeout = start_timeout
         self.port = preferred_port() if port is None else port
         self.url = ""
@@ -130,7 +146,8 @@ class EmbeddedServer:
         return self._launch(0)
 
     def _launch(self, port: int) -> str:
-        cmd = [sys.executable, "-c", _BOOT, "--dev", "--host", "127.0.0.1", "--port", str(port), *self.args]
+        server = [*self.command, "--dev", "--host", "127.0.0.1", "--port", str(port), *self.args]
+        cmd = [sys.executable, "-S", "-c", _TIE_TO_PARENT, *server]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             cmd,
@@ -166,16 +183,13 @@ class EmbeddedServer:
                 text = line.decode(errors="replace")
                 if match := _LISTENING.match(text):
                     self.url = match.group(1)
+                elif match := _DASHBOARD.match(text):
+                    self.dashboard_url = match.group(1) + "/"
         threading.Thread(target=self._drain, args=(fd,), name="embedded-server-out", daemon=True).start()
         return self.url
 
     def _ready(self) -> bool:
         return bool(self.url)
-
-    @property
-    def dashboard_url(self) -> str:
-        """The web dashboard: ``/`` of the server's own port ("" before start or with --no-dashboard)."""
-        return f"{self.url}/" if self.url and "--no-dashboard" not in self.args else ""
 
     def _drain(self, fd: int) -> None:
         """Log the server's output line by line (``conveyor.server``), so it never garbles other output."""

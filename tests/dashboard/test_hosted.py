@@ -71,7 +71,7 @@ def test_server_serves_the_dashboard_at_its_own_url(
     server_factory: Callable[..., ServerProcess], page: Any
 ) -> None:
     """The overview opens at the server's own URL (the RPC port) in chromium, and Pause works there."""
-    server = server_factory()
+    server = server_factory(module="conveyor_cli.server_cmd")  # `conveyor server`: it has the dashboard
     queue = uid("q")
     with SyncClient(server.url) as client:
         client.enqueue("job", None, queue=queue)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -20,6 +21,12 @@ def h2() -> Iterator[httpx.Client]:
     """An httpx client speaking HTTP/2 with prior knowledge (h2c)."""
     with httpx.Client(http1=False, http2=True, timeout=20) as client:
         yield client
+
+
+@pytest.fixture
+def server_factory(server_factory: Factory) -> Factory:
+    """Servers started as `conveyor server`, which serves the dashboard (the bare server has none)."""
+    return functools.partial(server_factory, module="conveyor_cli.server_cmd")
 
 
 def _paused(url: str, queue: str, token: str | None = None) -> bool:

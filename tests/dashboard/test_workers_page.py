@@ -30,7 +30,7 @@ def _in_flight(client: SyncClient) -> dict[str, str]:
 
 def test_session_row_shows_weights_and_its_own_in_flight(server_factory: Factory) -> None:
     """Two tasks held by the worker: its row says 2 in flight, and weights 3 and 1 for its queues."""
-    server = server_factory()
+    server = server_factory(module="conveyor_cli.server_cmd")  # `conveyor server`: it has the dashboard
     heavy, light = uid("wq"), uid("wq")
     release = threading.Event()
     reg = Registry()
