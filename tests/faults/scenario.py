@@ -208,6 +208,7 @@ class Runtime:
         self.lines: list[tuple[float, str]] = []
         self.ready: list[tuple[float, int]] = []
         self.proc: subprocess.Popen[str] | None = None
+        self.reader = threading.Thread()
         self.metrics = ""
         self.watch: asyncio.Task[None] | None = None
 
@@ -217,7 +218,8 @@ class Runtime:
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         self.proc = proc
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
         return proc
 
     async def start(self) -> None:
@@ -266,8 +268,11 @@ class Runtime:
             self.proc.send_signal(sig)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 await asyncio.to_thread(self.proc.wait, 40 if sig == signal.SIGTERM else 10)
-                return
+                break
             notes.append(f"still running 40 s after {sig.name}")
+        await asyncio.to_thread(self.reader.join, 5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def _message(line: str) -> str:
