@@ -24,7 +24,7 @@ from conveyor_cli.dashboard import actions, bulk, pages, views
 from conveyor_cli.dashboard.banner import problem
 from conveyor_cli.dashboard.config import DashboardConfig
 from conveyor_cli.dashboard.events import EventFeed
-from conveyor_cli.dashboard.render import env
+from conveyor_cli.dashboard.render import shared_env
 from conveyor_cli.dashboard.security import SecurityMiddleware, cookie_value, safe_next, set_session
 from conveyor_sdk._client.retry import RetryConfig
 from conveyor_sdk.client import Client
@@ -43,7 +43,7 @@ class Dashboard:
 
     def __init__(self, config: DashboardConfig) -> None:
         self.config = config
-        self.templates = env()
+        self.templates = shared_env()
         self.client: Client | None = None
         self.feed: EventFeed | None = None
         ca_file = os.environ.get(CA_ENV)  # conveyor --ca-file / CONVEYOR_CA_FILE (an https:// server)

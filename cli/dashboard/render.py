@@ -1,20 +1,33 @@
 """Templates (Jinja2 with autoescaping on every template) and display helpers.
 
 Payloads, errors, queue and type names are untrusted: they only ever reach HTML through
-autoescaped ``{{ }}`` expressions. No template uses ``|safe``.
+autoescaped ``{{ }}`` expressions. No template uses ``|safe``; the only ``Markup`` handed to a
+template is the output of another autoescaped template (:func:`fragment`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 import msgspec
 
-__all__ = ["ERROR_LIMIT", "PREVIEW_LIMIT", "ago", "duration", "env", "payload_preview", "timeline"]
+__all__ = [
+    "ERROR_LIMIT",
+    "PREVIEW_LIMIT",
+    "ago",
+    "duration",
+    "env",
+    "fragment",
+    "payload_preview",
+    "shared_env",
+    "timeline",
+]
 
 HERE = Path(__file__).parent
 PREVIEW_LIMIT = 64 * 1024  # bytes of a payload shown; the size is always shown in full
@@ -22,16 +35,35 @@ ERROR_LIMIT = 64 * 1024  # characters of last_error shown (a traceback); the len
 
 
 def env() -> jinja2.Environment:
-    """The template environment (autoescape for every file, undefined names are errors)."""
+    """The template environment (autoescape for every file, undefined names are errors).
+
+    ``auto_reload`` is off: the templates ship inside the package and never change under a running
+    dashboard, and checking them cost one ``stat`` per template per page (eight on the overview).
+    """
     e = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
+        auto_reload=False,
     )
     e.filters["ts"] = timestamp
     e.filters["ago"] = ago
     e.filters["duration"] = duration
     return e
+
+
+@functools.cache
+def shared_env() -> jinja2.Environment:
+    """One environment per process (compiled templates are kept; the environment is never changed)."""
+    return env()
+
+
+def fragment(name: str, **ctx: Any) -> markupsafe.Markup:
+    """``name`` rendered now, autoescaped, as Markup that a later page embeds without re-escaping.
+
+    For parts that change far less often than they are shown (the charts): render once, reuse.
+    """
+    return markupsafe.Markup(shared_env().get_template(name).render(**ctx))  # autoescaped
 
 
 def timestamp(value: datetime | None) -> str:

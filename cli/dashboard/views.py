@@ -12,7 +12,7 @@ from typing import Any
 
 from conveyor_cli.dashboard.events import EventFeed
 from conveyor_cli.dashboard.history import chart
-from conveyor_cli.dashboard.render import payload_preview, timeline
+from conveyor_cli.dashboard.render import fragment, payload_preview, timeline
 from conveyor_sdk.client import Client
 from conveyor_sdk.types import TaskInfo, TaskState
 
@@ -49,9 +49,18 @@ async def overview(client: Client, feed: EventFeed) -> dict[str, Any]:
     return {"queues": rows, "states": STATES, "charts": charts(feed, "")}
 
 
-def charts(feed: EventFeed, queue: str) -> dict[str, Any]:
-    """The last hour of one queue (``""`` = all): done and failed per minute, waiting depth."""
-    return feed.history.cached(queue, lambda series: {name: chart(v) for name, v in series.items()})
+def charts(feed: EventFeed, queue: str) -> Any:
+    """The last hour of one queue (``""`` = all), done and failed per minute and waiting depth, as HTML.
+
+    Rendered once per change of data or minute and reused by every page view until then: three
+    60-point SVGs cost more to template than the rest of the overview, and they rarely change
+    between two polls.
+    """
+
+    def build(series: dict[str, list[int | None]]) -> Any:
+        return fragment("_charts.html", charts={name: chart(v) for name, v in series.items()})
+
+    return feed.history.cached(queue, build)
 
 
 @dataclass(frozen=True, slots=True)

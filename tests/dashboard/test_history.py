@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import markupsafe
 
 from conveyor_cli.dashboard import history as hist
+from conveyor_cli.dashboard import views
+from conveyor_cli.dashboard.events import EventFeed
 from conveyor_cli.dashboard.history import MINUTES, History, chart
-from conveyor_cli.dashboard.render import ERROR_LIMIT, duration, timeline
+from conveyor_cli.dashboard.render import ERROR_LIMIT, duration, shared_env, timeline
 from conveyor_sdk.client import TaskEvent, TaskEventType
 from conveyor_sdk.types import QueueInfo, TaskInfo, TaskState
 
@@ -134,3 +139,17 @@ def test_cached_charts_are_rebuilt_when_data_or_minute_changes() -> None:
     assert h.cached("", build) == 1 and len(builds) == 3
     clock.now += 60
     assert h.cached("", build) == 1 and len(builds) == 4
+
+
+def test_chart_html_is_rendered_once_per_change_and_embeds_unescaped() -> None:
+    """views.charts returns one rendered SVG block per change of data (not per page view), as Markup."""
+    feed = EventFeed(cast(Any, None), 10)  # never started: no client is needed
+    first = views.charts(feed, "")
+    assert views.charts(feed, "") is first  # the second page view re-uses the rendering
+    assert isinstance(first, markupsafe.Markup) and first.count("<svg") == 3 and "now 0" in first
+    feed.add(_event(TaskEventType.COMPLETED, "a"))
+    after = views.charts(feed, "")
+    assert after is not first and "now 1 · peak 1" in after and "<polyline" in after
+    assert views.charts(feed, "a") is not after and "now 1" in views.charts(feed, "a")
+    page = shared_env().from_string("<main>{{ charts }}</main>").render(charts=after)
+    assert page == f"<main>{after}</main>"  # embedded as is, not escaped a second time

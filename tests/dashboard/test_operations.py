@@ -219,4 +219,4 @@ def test_limits_page_sets_and_removes(server_url: str, dashboard_factory: Callab
         page.locator("#rate-form input[name=queue]").fill(queue)
         page.locator("#rate-form input[name=rate]").fill("-1")
         page.locator("#rate-form button").click()
-        expect(page.locator("[role=alert]")).to_contain_text("rate must be greater than 0")
+        expect(page.locator("[role=alert]")).to_contain_text("rate must be a finite number greater than 0")
