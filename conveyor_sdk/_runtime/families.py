@@ -45,15 +45,17 @@ def capacity_of(supervisor: Any, metrics: Metrics) -> Capacity:
             busy, parked = running.get(queue, (0, 0))
             cap.busy[("default", queue)], cap.parked[("default", queue)] = busy, parked
         return cap
+    running = dict(metrics.in_flight)  # a queue belongs to one pool (or to the only pool there is)
     for name, pool in ex.pools.items():
         cap.slots[name] = pool.capacity
         worker = workers.get(name)
         held = worker.in_flight_by_queue() if worker is not None else {}
-        for queue in sorted({*pool.spec.queues, *held}):
-            cap.busy[(name, queue)] = metrics.busy.get((name, queue), 0)
+        queues = {*pool.spec.queues, *held}
+        if len(ex.pools) == 1:
+            queues |= set(running)
+        for queue in sorted(queues):
+            cap.busy[(name, queue)] = running.get(queue, 0)
             cap.parked[(name, queue)] = held.get(queue, (0, 0))[1]
-    for (pool_name, queue), n in metrics.busy.items():
-        cap.busy.setdefault((pool_name, queue), n)
     cap.rss = sorted((c.pool, c.name, c.rss) for c in ex.children() if c.state.value in ("ready", "retiring"))
     return cap
 

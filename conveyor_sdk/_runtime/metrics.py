@@ -104,8 +104,7 @@ class Metrics:
         self.waits: dict[str, Histogram] = {}  # queue -> due-to-start wait of first attempts
         self.retries: Counter[str] = Counter()  # type -> failed attempts the server retries
         self.archived: Counter[str] = Counter()  # type -> failed attempts that archive the task
-        self.in_flight: Counter[str] = Counter()  # queue -> jobs running in children
-        self.busy: Counter[tuple[str, str]] = Counter()  # (pool, queue) -> jobs running
+        self.in_flight: Counter[str] = Counter()  # queue -> jobs running in children (a queue has one pool)
         self.restarts: Counter[str] = Counter()  # reason class
         self.children_started = 0
         self.finished_at: deque[float] = deque(maxlen=20000)
@@ -113,7 +112,6 @@ class Metrics:
         # None: every type is its own label (no child has said what it registered yet).
         self.types: set[str] | None = set(types) if types is not None else None
         self._type_sets: set[int] = set()  # ids of the children's type sets merged into ``types``
-        self._pool_of: dict[str, str] = {}  # job id -> pool, while it runs
         self.custom = CustomMetrics(local=STORE)
 
     def type_label(self, type_: str) -> str:
@@ -147,8 +145,6 @@ class Metrics:
             if id(types) not in self._type_sets and types:
                 self._type_sets.add(id(types))
                 self.types = (self.types or set()) | types
-            self.busy[(child.pool, job.queue)] += 1
-            self._pool_of[job.job_id] = child.pool
         now = None
         for task in job.tasks:
             if task.retried or task.enqueued_at is None:
@@ -162,9 +158,6 @@ class Metrics:
 
     def job_finished(self, job: Job, outcomes: Sequence[Outcome], duration: float) -> None:
         self.in_flight[job.queue] = max(0, self.in_flight[job.queue] - 1)
-        pool = self._pool_of.pop(job.job_id, None)
-        if pool is not None:
-            self.busy[(pool, job.queue)] = max(0, self.busy[(pool, job.queue)] - 1)
         type_ = self.type_label(job.type)
         labels = [_outcome_label(o) for o in outcomes]
         job_outcome = labels[0] if labels and all(x == labels[0] for x in labels) else "mixed"
