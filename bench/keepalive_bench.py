@@ -35,10 +35,10 @@ async def _until(cond: object, limit: float) -> None:
         await asyncio.sleep(0.01)
 
 
-async def measure(url: str, runs: int, interval: float, timeout: float) -> list[float]:
+async def measure(url: str, runs: int, interval: float, give_up: float) -> list[float]:
     noticed: list[float] = []
     async with FaultProxy(url.removeprefix("http://")) as proxy:
-        worker = Worker(proxy.url, keepalive_interval=interval, keepalive_timeout=timeout)
+        worker = Worker(proxy.url, keepalive_interval=interval, keepalive_timeout=give_up)
         task = asyncio.create_task(worker.run(Registry()))
         try:
             for _ in range(runs):
@@ -46,7 +46,7 @@ async def measure(url: str, runs: int, interval: float, timeout: float) -> list[
                 await asyncio.sleep(random.uniform(0, interval))  # a random point of the PING cycle
                 proxy.blackhole("both")
                 started = time.monotonic()
-                await _until(lambda: worker.phase != "open", 3 * (interval + timeout))
+                await _until(lambda: worker.phase != "open", 3 * (interval + give_up))
                 noticed.append(time.monotonic() - started)
                 print(f"noticed after {noticed[-1]:.2f}s: {worker.last_session_error}", flush=True)
                 await proxy.heal()
