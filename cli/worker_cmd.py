@@ -154,7 +154,8 @@ def register(app: typer.Typer) -> None:
             int | None,
             typer.Option(
                 envvar="CONVEYOR_CONCURRENCY",
-                help="Tasks at once, 1..100000 (default: 2 per process, 8 in-process).",
+                help="Tasks at once, 1..100000 (default: 32 per process, 64 in-process, when every handler "
+                "is async; 8 per process when any is sync).",
             ),
         ] = None,
         processes: Annotated[
@@ -315,6 +316,7 @@ def run_worker_command(
     from conveyor_sdk._runtime.rss import check_memory_limit
     from conveyor_sdk._runtime.supervisor import SupervisorConfig
     from conveyor_sdk._transport import eventloop
+    from conveyor_sdk._worker.defaults import default_concurrency
     from conveyor_sdk.errors import InvalidArgument
 
     if log_format not in ("text", "json"):
@@ -352,7 +354,7 @@ def run_worker_command(
     config = SupervisorConfig(
         app=app_spec,
         queues=queues,
-        concurrency=concurrency or (2 * procs if procs > 0 else 8),
+        concurrency=concurrency or default_concurrency(registry, procs),
         processes=procs,
         server=server,
         token=token,

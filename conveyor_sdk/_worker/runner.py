@@ -22,6 +22,7 @@ from conveyor_sdk._protocol.session import WorkerSession
 from conveyor_sdk._transport import TLSOptions, TransportOptions, eventloop, open_session
 from conveyor_sdk._transport.keepalive import DEFAULT_INTERVAL, DEFAULT_TIMEOUT, KeepaliveOptions
 from conveyor_sdk._version import __version__
+from conveyor_sdk._worker.defaults import IN_PROCESS_ASYNC_SLOTS, default_concurrency
 from conveyor_sdk._worker.driver import Driver
 from conveyor_sdk._worker.executor import Executor
 from conveyor_sdk._worker.local import LocalExecutor
@@ -42,7 +43,9 @@ class Worker:
             a connect that fails, moves on to the next address at once; the reconnect
             backoff is drawn only after a whole round of addresses failed.
         queues: queue -> weight (or an iterable of names, weight 1).
-        concurrency: most jobs executing at once (a batch counts once).
+        concurrency: most jobs executing at once (a batch counts once). None (the default):
+            chosen by :meth:`run` from the registry, 64 when every handler is async, else 8
+            (sync handlers each hold one thread); see ``conveyor_sdk._worker.defaults``.
         token: bearer token. protocol: ``"grpc"`` or ``"connect"``. tls: TLS options.
         grace: seconds a drain lets in-flight work finish before releasing it.
         executor: where handler code runs (default: async in-loop, sync in a thread pool).
@@ -76,7 +79,7 @@ class Worker:
         server: str | Sequence[str],
         *,
         queues: Mapping[str, int] | list[str] | tuple[str, ...] = ("default",),
-        concurrency: int = 10,
+        concurrency: int | None = None,
         token: str | None = None,
         protocol: Literal["grpc", "connect"] = "grpc",
         tls: TLSOptions | None = None,
@@ -100,7 +103,7 @@ class Worker:
         # Validate now: a bad queue/weight/concurrency never reaches the network.
         self._config = SessionConfig.build(
             queues=queues,
-            concurrency=concurrency,
+            concurrency=IN_PROCESS_ASYNC_SLOTS if concurrency is None else concurrency,
             sdk_version=SDK_VERSION,
             labels=labels,
             min_server_version=min_server_version,
@@ -112,7 +115,8 @@ class Worker:
         self.setup_timeout = _setup_timeout(setup_timeout, len(self.servers))
         Backoff(base=reconnect_base, cap=reconnect_max)  # validates both now, not at run()
         self.keepalive = KeepaliveOptions(keepalive_interval, keepalive_timeout)  # ValueError if bad
-        self.concurrency = concurrency
+        self._concurrency_given = concurrency
+        self.concurrency = self._config.concurrency  # the registry's default replaces it in run()
         self.grace = grace
         self.token = token
         self.protocol: Literal["grpc", "connect"] = protocol
@@ -209,9 +213,11 @@ class Worker:
         """Serve until stopped (returns) or a fatal error (raises the ConveyorError)."""
         if self._driver is not None:
             raise RuntimeError("this Worker is already running")
+        if self._concurrency_given is None:
+            self.concurrency = default_concurrency(registry, 0)
         config = SessionConfig.build(
             queues=self._config.queues,
-            concurrency=self._config.concurrency,
+            concurrency=self.concurrency,
             sdk_version=self._config.sdk_version,
             labels=self._config.labels,
             min_server_version=self._config.min_server_version,

@@ -113,6 +113,7 @@ def test_dedicated_pool_serves_its_queue_while_another_queue_is_backlogged(
     with SyncClient(server.url) as client:
         b_ids = _enqueue(client, "b", 60, n=8)
         args = ("-q", "a=1", "-q", "b=1", "--pool", "fast:a:1", "--processes", "2", "--grace", "1s")
+        args += ("--concurrency", "4")  # 2 slots per child: the counts below are about pools, not defaults
         worker = _worker(worker_factory, tmp_path, server.url, *args, "--metrics-port", "0")
         port = _metrics_port(worker)
         wait_until(lambda: len(_marks(tmp_path, "start", "b")) == 2, timeout=30, what="b to fill its pool")
