@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
@@ -35,7 +37,7 @@ def test_retry_backoff_elapses_into_a_redelivery() -> None:
 
 
 def test_rate_limit_refill_wakes_dispatch() -> None:
-    """With rate 20/s burst 1, queued tasks keep flowing as tokens refill."""
+    """With rate 20/s burst 1, queued tasks keep flowing as tokens refill, one token (50 ms) apart."""
 
     async def main() -> None:
         services = build_services(SLOW)
@@ -46,9 +48,15 @@ def test_rate_limit_refill_wakes_dispatch() -> None:
             await enqueue(services)
         w = Worker(services)
         await w.open(concurrency=5)
+        arrivals: list[float] = []
         for _ in range(3):
             await w.dispatch()
+            arrivals.append(time.monotonic())
         await w.close()
+        # Without the limit all three arrive at once; with it, each waits for a refilled token
+        # (a lower bound only: a loaded machine can make the gaps longer, never shorter).
+        gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+        assert all(gap >= 0.04 for gap in gaps), gaps
         await services.stop()
 
     asyncio.run(main())
