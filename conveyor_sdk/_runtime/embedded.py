@@ -17,6 +17,7 @@ line before it gives :attr:`EmbeddedServer.dashboard_url`.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -27,6 +28,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 __all__ = [
     "DEFAULT_PORT",
@@ -92,18 +95,27 @@ def port_free(host: str, port: int) -> bool:
 
 
 def answers_as_conveyor(url: str, timeout: float = 2.0) -> bool:
-    """True when ``url`` answers a GetTask the way a Conveyor server does (NotFound, or an auth refusal)."""
-    from conveyor_sdk.client import RetryConfig, SyncClient
-    from conveyor_sdk.errors import NotFound, PermissionDenied, Unauthenticated
-
+    """True when ``url`` answers a Connect GetTask the way a Conveyor server does (not_found, or an auth
+    refusal). A plain HTTP/1.1 JSON call, so the runtime needs no client (CONTRIBUTING.md, "Layers")."""
+    request = urllib.request.Request(
+        url.rstrip("/") + "/conveyor.v1.TaskService/GetTask",
+        data=json.dumps({"id": "00000000000000000000000000"}).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # a local port: no proxy
     try:
-        with SyncClient(url, timeout=timeout, retry=RetryConfig(attempts=1)) as client:
-            client.get_task("00000000000000000000000000")
-    except (NotFound, Unauthenticated, PermissionDenied):
-        return True
-    except Exception:  # isolation point: anything else (not HTTP/2, not Connect) is not a Conveyor server
+        with opener.open(request, timeout=timeout):
+            return True  # a task with that id: still a Conveyor server
+    except urllib.error.HTTPError as exc:
+        with exc:
+            try:
+                code = json.loads(exc.read()).get("code")
+            except (ValueError, AttributeError):
+                return False
+        return code in {"not_found", "unauthenticated", "permission_denied"}
+    except (OSError, ValueError):  # refused, reset, timed out, not HTTP: not a Conveyor server
         return False
-    return True
 
 
 class EmbeddedServer:
