@@ -107,6 +107,10 @@ async def drain_releases(ctx: CheckContext) -> str:
     proc.terminate()
     got = await ctx.wait_task(info.id, lambda t: t.state != ACTIVE, "not ACTIVE", within=45)
     ctx.expect(got.retried == 0, f"drain charged a retry: {describe(got)}; {proc.tail(3)}")
+    # A server that reclaims silent sessions for free (ours) would hide a worker that stops
+    # heartbeating while it drains; the reason it records gives that away.
+    silent = "session went silent" in got.last_error
+    ctx.expect(not silent, f"the server had to reclaim the silent session: {describe(got)}; {proc.tail(3)}")
     return describe(got)
 
 

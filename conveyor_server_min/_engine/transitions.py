@@ -177,6 +177,7 @@ class Transitions:
             self.lease_expired(task, now, SESSION_SILENT)
         else:
             task.silent_releases = 1
+            task.last_error = SESSION_SILENT  # not charged, but an operator (and the suite) can see why
             self.release(task, now)
 
     def expire(self, task: Task, now: int) -> None:

@@ -129,7 +129,7 @@ def test_the_reaper_pass_closes_silent_sessions_before_expiring_leases() -> None
         clock.advance(BOUND + 1)  # both due: the lease lapsed and the session is silent
         services.ticker.reap()
         task = await get(services, info.id)
-        assert (task.state, task.retried, task.last_error) == (S.TASK_STATE_PENDING, 0, "")
+        assert (task.state, task.retried, task.last_error) == (S.TASK_STATE_PENDING, 0, "session went silent")
         await w.ended()
 
     asyncio.run(main())
