@@ -41,6 +41,14 @@ def prepare_seal(req: pb.EnqueueRequest) -> bool:
     return True
 
 
+def _to_seal(req: pb.EnqueueRequest, encryptor: Encryptor | None) -> bool:
+    """Validate ``req`` for either client; True when there is a payload for ``encryptor`` to seal."""
+    if encryptor is None:
+        check_reserved(req)
+        return False
+    return prepare_seal(req)
+
+
 def _finish(req: pb.EnqueueRequest, sealed: Any) -> None:
     if not isinstance(sealed, bytes | bytearray | memoryview):
         raise EncryptionError(f"the encryptor returned {type(sealed).__name__}, expected bytes")
@@ -58,11 +66,9 @@ def _seal_failed(exc: Exception) -> EncryptionError:
 
 async def seal_request(req: pb.EnqueueRequest, encryptor: Encryptor | None) -> None:
     """Seal ``req.payload`` in place and set the marker (async encryptors awaited)."""
-    if encryptor is None:
-        check_reserved(req)
+    if not _to_seal(req, encryptor):
         return
-    if not prepare_seal(req):
-        return
+    assert encryptor is not None
     try:
         sealed: Any = encryptor.encrypt(req.payload)
         if inspect.isawaitable(sealed):
@@ -94,11 +100,9 @@ def _run(awaitable: Awaitable[Any]) -> Any:
 
 def seal_request_sync(req: pb.EnqueueRequest, encryptor: Encryptor | None) -> None:
     """:func:`seal_request` for the blocking client."""
-    if encryptor is None:
-        check_reserved(req)
+    if not _to_seal(req, encryptor):
         return
-    if not prepare_seal(req):
-        return
+    assert encryptor is not None
     try:
         sealed: Any = encryptor.encrypt(req.payload)
         if inspect.isawaitable(sealed):
