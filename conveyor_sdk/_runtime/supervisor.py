@@ -148,7 +148,13 @@ class Supervisor:
 
     # -- synchronous preparation (before the loop, threads or sockets) ----------------
     def prepare(self) -> None:
-        """Spawn children, then the embedded server. Raises EmbeddedServerError."""
+        """Spawn children, then the embedded server. Raises EmbeddedServerError.
+
+        A SIGTERM/SIGINT from here on is never the default (instant death with children and the
+        embedded server orphaned): it is counted and :meth:`run` drains (once) or stops (twice)
+        as soon as its workers exist.
+        """
+        self._catch_early_signals()
         cfg = self.config
         if cfg.processes > 0:
             per_child = max(1, -(-cfg.concurrency // cfg.processes))
@@ -187,6 +193,17 @@ class Supervisor:
             if self.embedded.dashboard_url:
                 log.info("dashboard on %s", self.embedded.dashboard_url)
 
+    def _catch_early_signals(self) -> None:
+        def early(signum: int, _frame: object) -> None:
+            self._signals += 1
+            log.info("%s during start-up: stopping once started", signal.Signals(signum).name)
+
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, early)
+        except ValueError:  # not the main thread: an embedding program owns the signals
+            pass
+
     # -- the loop ----------------------------------------------------------------------
     async def run(self) -> int:
         """Serve until drained or failed; returns the exit code."""
@@ -200,6 +217,8 @@ class Supervisor:
         metrics_server = await self._start_metrics()
         try:
             self.workers = self._make_workers()
+            if self._signals:  # asked to stop during start-up, before there was a worker to stop
+                self._stop_worker(fast=self._signals > 1)
             self._start_side_tasks()
             await self._run_workers()
         finally:

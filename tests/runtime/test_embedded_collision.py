@@ -46,3 +46,20 @@ def test_a_port_held_by_something_else_is_not_a_conveyor_server(server: ServerPr
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         assert not answers_as_conveyor(f"http://127.0.0.1:{taken.getsockname()[1]}", timeout=0.5)
+
+
+def test_sigterm_during_start_up_drains_instead_of_orphaning_the_server(
+    tmp_path: Path, worker_factory: Factory
+) -> None:
+    """A SIGTERM between spawning the children and the first session (the embedded server still
+    starting) is not the default instant death: the worker exits 0 and its embedded server is gone."""
+    (tmp_path / "rtapp.py").write_text(APP)
+    proc = worker_factory(tmp_path, "rtapp:app", "--processes", "1", env={PORT_ENV: "0"})
+    proc.wait_for("started 1 child processes")
+    proc.signal(signal.SIGTERM)
+    assert proc.wait() == 0
+    assert "SIGTERM during start-up" in proc.output
+    url = proc.output.split("embedded server listening on ", 1)[1].split()[0]
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.socket() as probe:
+        assert probe.connect_ex((host, int(port))) != 0  # nothing answers: the server was stopped
