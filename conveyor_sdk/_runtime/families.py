@@ -10,14 +10,50 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from conveyor_sdk._runtime.expo import labels_text, number
 
-if TYPE_CHECKING:
-    from conveyor_sdk._runtime.metrics import Histogram, Metrics
-
 __all__ = ["Capacity", "capacity_of", "render"]
+
+
+class Histogram(Protocol):
+    """What rendering reads of one histogram series (``metrics.Histogram`` is one)."""
+
+    @property
+    def bounds(self) -> tuple[float, ...]: ...
+    @property
+    def counts(self) -> list[int]: ...
+    @property
+    def total(self) -> float: ...
+
+
+class CustomView(Protocol):
+    def total_dropped(self) -> int: ...
+
+    def render(self) -> list[str]: ...
+
+
+class Metrics(Protocol):
+    """What rendering reads of the runtime's counters. ``metrics.Metrics`` calls this module,
+    so this module takes the shape (read-only) rather than importing it back."""
+
+    @property
+    def tasks(self) -> Mapping[tuple[str, str, str], int]: ...
+    @property
+    def durations(self) -> Mapping[tuple[str, str, str], Histogram]: ...
+    @property
+    def waits(self) -> Mapping[str, Histogram]: ...
+    @property
+    def retries(self) -> Mapping[str, int]: ...
+    @property
+    def archived(self) -> Mapping[str, int]: ...
+    @property
+    def in_flight(self) -> Mapping[str, int]: ...
+    @property
+    def restarts(self) -> Mapping[str, int]: ...
+    @property
+    def custom(self) -> CustomView: ...
 
 
 @dataclass(slots=True)
