@@ -133,10 +133,13 @@ def test_processes_zero_exports_the_in_process_values(
             client.enqueue("send", b"", queue="mail")
 
     def counted() -> str:
+        # The handler counts its send before it returns, so the task can still hold its slot
+        # when the counter reads 3: wait for the three tasks to finish too.
         body = _scrape(base)
-        return body if _value(body, 'emails_sent_total{provider="ses"}') == 3 else ""
+        done = _value(body, 'conveyor_worker_busy{pool="default",queue="mail"}') == 0
+        return body if done and _value(body, 'emails_sent_total{provider="ses"}') == 3 else ""
 
-    body = wait_until(counted, timeout=30, what="3 sends in /metrics")
+    body = wait_until(counted, timeout=30, what="3 sends finished in /metrics")
     assert _value(body, "render_seconds_count") == 3
     assert _value(body, 'conveyor_worker_slots{pool="default"}') == 3
     assert _value(body, 'conveyor_worker_busy{pool="default",queue="mail"}') == 0
