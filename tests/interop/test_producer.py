@@ -11,7 +11,9 @@ import pytest
 
 from conveyor_sdk.client import Client, SyncClient, task
 from conveyor_sdk.errors import ConveyorError, DuplicateTask, InvalidArgument, NotFound, Unauthenticated
+from conveyor_sdk.testing.faultproxy import FaultProxy
 from conveyor_sdk.types import Dependency, OnFailure, RetryPolicy, RetryStrategy, TaskState
+from tests._util import eventually
 from tests.interop._conveyord import Conveyord
 
 PROTOCOLS = ["connect", "grpc"]
@@ -148,3 +150,66 @@ def test_sync_client_json_wire_format(cv_url: str) -> None:
     with SyncClient(cv_url, wire_format="json") as client:
         info = client.enqueue("json:type", {"k": [1, 2]})
         assert client.get_task(info.id).decode() == {"k": [1, 2]}
+
+
+async def _queue_ids(client: Client, queue: str) -> set[str]:
+    return {t.id for t in (await client.admin.list_tasks(queue=queue, limit=100)).tasks}
+
+
+@pytest.mark.parametrize("kind", ["batch", "tx"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_batch_and_tx_items_carry_client_ids_and_a_repeat_is_one_set(
+    cv_url: str, protocol: str, kind: str
+) -> None:
+    """Items without task_id get client ULIDs; sending the same items again (same ids) is not a
+    second set of tasks: conveyord echoes each repeated id (§15.1), the queue keeps three."""
+
+    async def main() -> None:
+        async with Client(cv_url, protocol=protocol) as client:
+            q = uid(f"ids-{kind}")
+            specs = [task("ids:t", {"n": i}, queue=q) for i in range(3)]
+
+            async def send(items: list[object]) -> list[str]:
+                if kind == "batch":
+                    got = await client.enqueue_batch(items)  # type: ignore[arg-type]
+                    assert all(r.ok and r.task is not None for r in got), got
+                    return [r.task.id for r in got if r.task is not None]
+                return [i.id for i in await client.enqueue_tx(items)]  # type: ignore[arg-type]
+
+            first = await send(specs)
+            assert len(set(first)) == 3 and all(len(i) == 26 and i.isalnum() for i in first)
+            again = [task("ids:t", {"n": i}, queue=q, task_id=tid) for i, tid in enumerate(first)]
+            assert await send(again) == first  # echoed, not already_exists (§15.1)
+            assert await _queue_ids(client, q) == set(first)  # one task each, not two
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", ["batch", "tx"])
+def test_batch_or_tx_whose_answer_was_lost_commits_once(conveyord: Conveyord, kind: str) -> None:
+    """The first address commits and its answer is lost; the retry on the second address carries
+    the same client-assigned ids, so conveyord holds one task per item, not two."""
+    direct_url = conveyord.url
+
+    async def main() -> None:
+        target = direct_url.removeprefix("http://")
+        async with FaultProxy(target) as proxy, Client(direct_url) as direct:
+            q = uid(f"lost-{kind}")
+            async with Client([proxy.url, direct_url], timeout=15.0) as client:
+                specs = [task("ids:t", {"n": i}, queue=q) for i in range(3)]
+                call = client.enqueue_batch(specs) if kind == "batch" else client.enqueue_tx(specs)
+                proxy.blackhole("down")  # the server commits; its answer never comes back
+                pending = asyncio.ensure_future(call)
+
+                async def committed() -> bool:
+                    return len(await _queue_ids(direct, q)) >= 3
+
+                await eventually(committed, timeout=10, what="conveyord committed the call")
+                proxy.reset()  # the caller sees unavailable and repeats on the next address
+                got = await pending
+                assert client.statistics()["failovers"] >= 1
+            infos = [r.task for r in got] if kind == "batch" else got  # type: ignore[union-attr]
+            ids = {i.id for i in infos if i is not None}  # type: ignore[union-attr]
+            assert len(ids) == 3 and await _queue_ids(direct, q) == ids
+
+    asyncio.run(main())
