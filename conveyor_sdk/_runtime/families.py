@@ -131,14 +131,12 @@ def render(
     cap = capacity or Capacity()
     out = _family("conveyor_tasks_total", "counter", "Tasks finished, by type, queue and outcome.")
     out += _gauges("conveyor_tasks_total", m.tasks, ("type", "queue", "outcome"))
-    out += _family(
-        "conveyor_task_duration_seconds", "histogram", "Handler run time measured in the child, by outcome."
-    )
+    out += _family("conveyor_task_duration_seconds", "histogram", "Handler run time, by outcome.")
     out += _histogram("conveyor_task_duration_seconds", m.durations, ("type", "queue", "outcome"))
     out += _family(
         "conveyor_worker_queue_wait_seconds",
         "histogram",
-        "First attempts: time from due (enqueued, or process_at if later) to start in a child.",
+        "First attempts: time from due (enqueued, or process_at if later) to the handler's start.",
     )
     out += _histogram("conveyor_worker_queue_wait_seconds", m.waits, ("queue",))
     out += _family(

@@ -13,8 +13,12 @@ deliberately tiny HTTP/1.1 responder (GET only, one response per connection) ser
   (and has a ready child) and the worker is not draining, ``503`` with a short reason
   otherwise. Both answer from local state, no server round trip (see ``health.py``).
 
+The job hooks are fed by the process executor, or with ``--processes 0`` by the
+in-process executor wrapped in ``observe.ObservedExecutor``: the same families either way.
+
 Cardinality: ``queue`` and ``pool`` come from the configuration; ``type`` is a type
-some child registered (its ``Ready``; any other type counts as ``other``); ``outcome``
+some child registered (its ``Ready``; with ``--processes 0`` the supervisor's registry;
+any other type counts as ``other``); ``outcome``
 and ``reason`` are fixed sets; ``child`` names live children only.
 
 Per job the hooks do a few dict and list updates (a bisect per histogram); nothing
@@ -158,6 +162,8 @@ class Metrics:
 
     def job_finished(self, job: Job, outcomes: Sequence[Outcome], duration: float) -> None:
         self.in_flight[job.queue] = max(0, self.in_flight[job.queue] - 1)
+        if not outcomes:
+            return  # the executor raised (a contract breach it logs): nothing finished to count
         type_ = self.type_label(job.type)
         labels = [_outcome_label(o) for o in outcomes]
         job_outcome = labels[0] if labels and all(x == labels[0] for x in labels) else "mixed"

@@ -30,6 +30,7 @@ from conveyor_sdk._runtime.embedded import EmbeddedServer
 from conveyor_sdk._runtime.executor import ExecutorOptions, ProcessExecutor, RuntimeFailure
 from conveyor_sdk._runtime.health import HealthInputs, liveness, readiness
 from conveyor_sdk._runtime.metrics import Metrics, MetricsServer
+from conveyor_sdk._runtime.observe import ObservedExecutor
 from conveyor_sdk._runtime.pools import DEFAULT_POOL, PoolSpec, plan_pools
 from conveyor_sdk._runtime.proc import ChildArgs
 from conveyor_sdk._runtime.reload import app_directory, discard_snapshot, watch
@@ -110,7 +111,8 @@ class Supervisor:
         self.config = config
         self.registry = registry
         self.module_file = module_file
-        self.metrics = Metrics()
+        # In process mode the children say which types they registered; in-process, this registry.
+        self.metrics = Metrics(types=registry.types if config.processes == 0 else None)
         self.executor: ProcessExecutor | None = None
         self.embedded: EmbeddedServer | None = None
         self.server_url = config.server or ""
@@ -246,10 +248,12 @@ class Supervisor:
 
     def _make_workers(self) -> dict[str, Any]:
         """One Worker per pool: its queues and weights, concurrency = the pool's capacity."""
+        from conveyor_sdk._worker.local import LocalExecutor
         from conveyor_sdk._worker.runner import Worker
 
         cfg = self.config
         if self.executor is None:  # --processes 0: one in-process session for every queue
+            local = LocalExecutor(self.registry, threads=cfg.concurrency)
             worker = Worker(
                 self.server_url,
                 queues=dict(cfg.queues),
@@ -262,6 +266,7 @@ class Supervisor:
                 keepalive_interval=cfg.keepalive_interval,
                 keepalive_timeout=cfg.keepalive_timeout,
                 tls=TLSOptions(ca_file=cfg.ca_file) if cfg.ca_file else None,
+                executor=ObservedExecutor(local, self.metrics),  # the per-task families, as children's
                 encryption=cfg.encryption,
             )
             return {DEFAULT_POOL: worker}

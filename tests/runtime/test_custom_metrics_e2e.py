@@ -120,7 +120,8 @@ def test_counter_from_two_children_is_summed_and_survives_recycling(
 def test_processes_zero_exports_the_in_process_values(
     tmp_path: Path, server: ServerProcess, worker_factory: Factory
 ) -> None:
-    """--processes 0 runs handlers in the supervisor: /metrics exports their custom values and capacity."""
+    """--processes 0 runs handlers in the supervisor: /metrics exports their custom values, capacity
+    and the per-task families (outcomes, run time, queue wait) as with child processes."""
     (tmp_path / "mailapp.py").write_text(APP)
     proc = worker_factory(
         tmp_path, "mailapp:app", "--server", server.url, "-q", "mail=1",
@@ -132,17 +133,26 @@ def test_processes_zero_exports_the_in_process_values(
         for _ in range(3):
             client.enqueue("send", b"", queue="mail")
 
+    done = 'conveyor_tasks_total{type="send",queue="mail",outcome="success"}'
+
     def counted() -> str:
         # The handler counts its send before it returns, so the task can still hold its slot
-        # when the counter reads 3: wait for the three tasks to finish too.
+        # when the counter reads 3: wait for the three tasks to be counted as finished too.
         body = _scrape(base)
-        done = _value(body, 'conveyor_worker_busy{pool="default",queue="mail"}') == 0
-        return body if done and _value(body, 'emails_sent_total{provider="ses"}') == 3 else ""
+        idle = _value(body, 'conveyor_worker_busy{pool="default",queue="mail"}') == 0
+        return body if idle and _value(body, done) == 3 else ""
 
     body = wait_until(counted, timeout=30, what="3 sends finished in /metrics")
+    assert _value(body, 'emails_sent_total{provider="ses"}') == 3
     assert _value(body, "render_seconds_count") == 3
     assert _value(body, 'conveyor_worker_slots{pool="default"}') == 3
-    assert _value(body, 'conveyor_worker_busy{pool="default",queue="mail"}') == 0
-    assert "conveyor_worker_queue_wait_seconds_count" not in body  # no child to observe (docs say so)
+    run_time = 'conveyor_task_duration_seconds_count{type="send",queue="mail",outcome="success"}'
+    assert _value(body, run_time) == 3
+    # Each run sleeps 0.05 s: the sum is the handlers' time, not zero and not the wait.
+    run_sum = _value(body, run_time.replace("_count", "_sum"))
+    assert 0.15 <= run_sum < 3, run_sum
+    assert _value(body, 'conveyor_worker_queue_wait_seconds_count{queue="mail"}') == 3
+    assert _value(body, 'conveyor_tasks_in_flight{queue="mail"}') == 0
+    assert "conveyor_worker_retries_total{" not in body and "conveyor_worker_archived_total{" not in body
     proc.signal(signal.SIGTERM)
     assert proc.wait() == 0

@@ -9,6 +9,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from conveyor_sdk.client import SyncClient
 from conveyor_sdk.types import RetryPolicy, TaskState
 from conveyor_server_min.testing import ServerProcess
@@ -59,21 +61,26 @@ def _families(body: str) -> set[str]:
     return set(re.findall(r"^# TYPE (\S+) \S+$", body, re.M))
 
 
-def _start(tmp_path: Path, server: ServerProcess, worker_factory: Factory) -> tuple[WorkerProc, str]:
+def _start(
+    tmp_path: Path, server: ServerProcess, worker_factory: Factory, processes: int = 1
+) -> tuple[WorkerProc, str]:
     (tmp_path / "slotapp.py").write_text(APP)
     proc = worker_factory(
         tmp_path, "slotapp:app", "--server", server.url, "-q", "work=1",
-        "--processes", "1", "--concurrency", "2", "--metrics-port", "0",
+        "--processes", str(processes), "--concurrency", "2", "--metrics-port", "0",
     )  # fmt: skip
     proc.wait_for("established")
     return proc, proc.output.split("metrics listening on ", 1)[1].split()[0] + "/metrics"
 
 
+@pytest.mark.parametrize("processes", [1, 0], ids=["child-process", "in-process"])
 def test_capacity_wait_duration_retries_and_rss_follow_real_tasks(
-    tmp_path: Path, server: ServerProcess, worker_factory: Factory
+    tmp_path: Path, server: ServerProcess, worker_factory: Factory, processes: int
 ) -> None:
-    """Slots and busy give utilization; queue wait starts at process_at; retries and archives by type."""
-    proc, url = _start(tmp_path, server, worker_factory)
+    """Slots and busy give utilization; queue wait starts at process_at; retries and archives by type.
+
+    The same with ``--processes 0`` (handlers in the supervisor), less the children's RSS."""
+    proc, url = _start(tmp_path, server, worker_factory, processes)
     start = _samples(_get(url))
     assert start['conveyor_worker_slots{pool="default"}'] == 2
     assert start['conveyor_worker_busy{pool="default",queue="work"}'] == 0
@@ -112,7 +119,8 @@ def test_capacity_wait_duration_retries_and_rss_follow_real_tasks(
     duration = 'conveyor_task_duration_seconds_count{{type="{}",queue="work",outcome="{}"}}'
     assert after[duration.format("boom", "retry")] == 2
     assert after[duration.format("slow", "success")] == 1
-    assert after['conveyor_child_rss_bytes{pool="default",child="default-0"}'] > 1 << 20
+    rss = after.get('conveyor_child_rss_bytes{pool="default",child="default-0"}', 0)
+    assert rss > 1 << 20 if processes else rss == 0
     assert after['conveyor_worker_busy{pool="default",queue="work"}'] == 0
     proc.signal(signal.SIGTERM)
     assert proc.wait() == 0
