@@ -15,6 +15,8 @@ from pathlib import Path
 from _procs import redis_server
 
 APPS = Path(__file__).resolve().parent / "apps"
+# The apps and this checkout first: the bench measures the tree it is in, not an installed copy.
+PYTHONPATH = os.pathsep.join([str(APPS), str(APPS.parents[2])])
 OURS_PY = sys.executable
 PEERS_PY = os.environ.get("PEERS_VENV", "/work/venv-peers") + "/bin/python"
 CONVEYORQ_PY = os.environ.get("CONVEYORQ_VENV", "/work/venv-conveyorq") + "/bin/python"
@@ -110,5 +112,15 @@ CONVEYORD = [
         "conveyord",
         ("cq_worker.py", "{url}", "{queue}", "{phase}"),
         peer=True,
+    ),
+]
+# --variants with --conveyord: the old default on the production server, for the same-run before/after.
+CONVEYORD_VARIANTS = [
+    System(
+        "conveyor worker --concurrency 4 (old default), on conveyord",
+        "ours",
+        OURS_PY,
+        "conveyord",
+        (*CLI, "--concurrency", "4"),
     ),
 ]

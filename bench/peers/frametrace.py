@@ -28,7 +28,7 @@ sys.path[:0] = [str(HERE), str(HERE / "apps"), str(HERE.parents[1])]
 
 from _h2trace import Direction, Relay  # noqa: E402
 from _procs import cpu_seconds, stop  # noqa: E402
-from _systems import APPS, CONVEYORD, System  # noqa: E402
+from _systems import APPS, CONVEYORD, PYTHONPATH, System  # noqa: E402
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb  # noqa: E402
 from conveyor_sdk.client import SyncClient, TaskSpec  # noqa: E402
@@ -67,7 +67,7 @@ async def trace(system: System, server: str, pid: int, n: int, idle: int) -> dic
         out = Path(tmp)
         for start in range(0, n, 1000):
             client.enqueue_batch([TaskSpec("noop", b"", queue=queue) for _ in range(min(1000, n - start))])
-        env = {**os.environ, "PEERS_OUT": tmp, "PEERS_QUEUE": queue, "PYTHONPATH": str(APPS)}
+        env = {**os.environ, "PEERS_OUT": tmp, "PEERS_QUEUE": queue, "PYTHONPATH": PYTHONPATH}
         cmd = system.command(f"http://127.0.0.1:{port}", queue, "noop")
         proc = subprocess.Popen(  # noqa: ASYNC220 - started once, before the measured phase
             cmd,

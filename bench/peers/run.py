@@ -36,7 +36,7 @@ sys.path[:0] = [str(HERE), str(HERE / "apps"), str(HERE.parents[1])]
 
 import common  # noqa: E402
 from _procs import Broker, cpu_delta, start_ours, start_redis, stop, tree, tree_cpu  # noqa: E402
-from _systems import APPS, CONVEYORD, OURS, REDIS, VARIANTS, System  # noqa: E402
+from _systems import APPS, CONVEYORD, CONVEYORD_VARIANTS, OURS, PYTHONPATH, REDIS, VARIANTS, System  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Bench:
                 "PEERS_BROKER": broker.url,
                 "PEERS_QUEUE": queue,
                 "PEERS_ROUNDS": str(common.ROUNDS),
-                "PYTHONPATH": str(APPS),
+                "PYTHONPATH": PYTHONPATH,
             }
             env.pop("VIRTUAL_ENV", None)
             try:
@@ -283,7 +283,7 @@ def main() -> int:
     rounds = 1 if opts.smoke else max(1, opts.rounds)
     systems = [*OURS, *(VARIANTS if opts.variants else []), *REDIS]
     if opts.conveyord:
-        systems += CONVEYORD
+        systems += [*CONVEYORD, *(CONVEYORD_VARIANTS if opts.variants else [])]
     if opts.no_peers:
         systems = [s for s in systems if not s.peer]
     if opts.only:
