@@ -95,8 +95,29 @@ def test_doc_snippets_match_the_files() -> None:
     docker = (DEPLOY / "Dockerfile").read_text()
     assert all(line in docker for line in doc_blocks("dockerfile")[0].strip().splitlines())
     k8s = (DEPLOY / "k8s" / "worker.yaml").read_text()
-    for line in doc_blocks("yaml")[0].strip().splitlines():
-        assert line.strip() in k8s, line
+    blocks = doc_blocks("yaml")
+    assert len(blocks) >= 2  # the container lines and the utilization trigger
+    for block in blocks:
+        for line in block.strip().splitlines():
+            assert line.strip() in k8s, line
+
+
+def _triggers(text: str) -> list[str]:
+    """The ``triggers:`` list of a ScaledObject, comments and indentation dropped."""
+    body = text.split("kind: ScaledObject", 1)[1].split("  triggers:\n", 1)[1].split("\n---", 1)[0]
+    lines = (line.split("#", 1)[0].strip() for line in body.split("```", 1)[0].splitlines())
+    return [line for line in lines if line]
+
+
+def test_manifest_scales_on_backlog_and_utilization_as_runtime_md_says() -> None:
+    """The manifest's KEDA triggers are docs/runtime.md's ScaledObject: the backlog and the utilization."""
+    k8s = (DEPLOY / "k8s" / "worker.yaml").read_text()
+    runtime = (ROOT / "docs" / "runtime.md").read_text()
+    triggers = _triggers(k8s)
+    assert triggers == _triggers(runtime)
+    assert triggers.count("- type: prometheus") == 2
+    queries = [t for t in triggers if t.startswith("query: ")]
+    assert "conveyor_pending" in queries[0] and "conveyor_worker_slots" in queries[1]
 
 
 def test_worker_manifest_probes_and_grace() -> None:

@@ -140,8 +140,8 @@ def _doc_queries() -> list[str]:
     section = text.split("### Metrics (`--metrics-port`)", 1)[1].split("### Health", 1)[0]
     queries = re.findall(r"^\s*query: (.+)$", section, re.M)
     queries += re.findall(r"```promql\n(.*?)```", section, re.S)
-    deploy = (ROOT / "docs" / "deploy.md").read_text()
-    queries += re.findall(r"^\s*query: (.+)$", deploy, re.M)
+    for other in ("docs/deploy.md", "examples/deploy/k8s/worker.yaml"):
+        queries += re.findall(r"^\s*query: (.+)$", (ROOT / other).read_text(), re.M)
     return queries
 
 
