@@ -1,71 +1,116 @@
-"""Layers never import upward, and the sans-I/O protocol layer imports no I/O, clock or asyncio."""
+"""The layer map is kept (tests/_layers.py, CONTRIBUTING.md "Layers"), statically; no import circles."""
 
 from __future__ import annotations
 
-import ast
+import textwrap
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests._layers import (
+    MAY_IMPORT,
+    ROOT,
+    imported_names,
+    layer_of,
+    layer_violations,
+    module_edges,
+    module_files,
+    python_files,
+)
+
 SDK = ROOT / "conveyor_sdk"
 
-IO_MODULES = {"asyncio", "socket", "ssl", "selectors", "threading", "time", "subprocess", "multiprocessing"}
-ABOVE_PROTOCOL = {
-    "conveyor_sdk._transport",
-    "conveyor_sdk._worker",
-    "conveyor_sdk._runtime",
-    "conveyor_sdk.client",
-    "conveyor_sdk.app",
-    "conveyor_sdk.worker",
-}
-ABOVE_TRANSPORT = ABOVE_PROTOCOL - {"conveyor_sdk._transport"}
-APPS = {"conveyor_cli", "conveyor_conformance"}
+
+def test_every_module_keeps_to_the_layer_map() -> None:
+    """protocol <- transport (the HTTP/2 kernel) <- worker <- runtime; the client beside the worker,
+    never importing it; the server on protocol, kernel and its engine; CLI, dashboard, conformance,
+    ``app`` and ``testing`` on top (CONTRIBUTING.md, "Layers"). Every import counts: module level,
+    ``if TYPE_CHECKING:``, function bodies and ``importlib.import_module("...")``."""
+    mods = module_files()
+    assert len(mods) > 150  # the scan sees the code base
+    assert layer_violations(mods) == []
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), str(path))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
+def test_every_layer_is_populated() -> None:
+    """The map names real code: each layer holds modules (a rename that empties one fails here)."""
+    places = {layer_of(name) for name in module_files()}
+    assert places == set(MAY_IMPORT)
 
 
-def _hits(path: Path, forbidden: set[str]) -> list[str]:
-    return sorted(
-        name for name in _imports(path) for bad in forbidden if name == bad or name.startswith(bad + ".")
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def test_the_scan_catches_each_kind_of_violation(tmp_path: Path) -> None:
+    """A synthetic tree with one violation of each rule, hidden where a module-level scan misses it."""
+    _write(
+        tmp_path / "sdk",
+        {
+            "__init__.py": "",
+            "errors.py": "",
+            "_protocol/__init__.py": "",
+            "_protocol/hidden.py": """
+                from typing import TYPE_CHECKING
+                if TYPE_CHECKING:
+                    from conveyor_sdk._worker.registry import Registry
+                def later():
+                    import asyncio
+                    from ..client import Client
+            """,
+            "_transport/__init__.py": "",
+            "_transport/session.py": "",
+            "_transport/_h2.py": "from conveyor_sdk import errors\n",
+            "_worker/__init__.py": "",
+            "_worker/registry.py": "from conveyor_sdk._transport import _h2\nimport conveyor_sdk.errors\n",
+            "client.py": "def f():\n    from conveyor_sdk.worker import Worker\n",
+            "worker.py": "from conveyor_sdk._worker.registry import Registry\n",
+            "_runtime/__init__.py": "",
+            "_runtime/late.py": "import importlib\nimportlib.import_module('conveyor_sdk.client')\n",
+            "_brand_new.py": "",
+        },
     )
+    _write(
+        tmp_path / "server",
+        {
+            "__init__.py": "",
+            "wire.py": "from conveyor_sdk._transport._h2 import x\nfrom conveyor_sdk.errors import E\n",
+            "rpc.py": "from conveyor_sdk._transport.session import SessionStream\n",
+            "main.py": "def main():\n    import typer\n",
+        },
+    )
+    mods = module_files({"conveyor_sdk": tmp_path / "sdk", "conveyor_server_min": tmp_path / "server"})
+    assert sorted(layer_violations(mods)) == [
+        "conveyor_sdk._brand_new: not in the layer map (tests/_layers.py PLACES)",
+        "conveyor_sdk._protocol.hidden (protocol) imports asyncio",
+        "conveyor_sdk._protocol.hidden (protocol) imports conveyor_sdk._worker.registry (worker)",
+        "conveyor_sdk._protocol.hidden (protocol) imports conveyor_sdk.client (client)",
+        "conveyor_sdk._runtime.late (runtime) imports conveyor_sdk.client (client)",
+        "conveyor_sdk.client (client) imports conveyor_sdk.worker (worker)",
+        "conveyor_server_min.main (server) imports typer",
+        "conveyor_server_min.rpc (server) imports conveyor_sdk._transport.session (worker side)",
+    ]
 
 
-def _py(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*.py") if "_gen" not in p.parts)
+def test_a_new_kernel_package_sits_at_the_transport_level() -> None:
+    """The h2 kernel (its own package or inside _transport) is below the worker, client and server."""
+    assert layer_of("conveyor_sdk._h2kernel.client") == layer_of("conveyor_sdk._transport._h2") == "transport"
+    assert {"worker", "client", "server"} <= {p for p, ok in MAY_IMPORT.items() if "transport" in ok}
 
 
-@pytest.mark.parametrize("path", [*_py(SDK / "_protocol"), SDK / "errors.py"], ids=lambda p: p.name)
-def test_protocol_layer_is_sans_io(path: Path) -> None:
-    """Protocol modules import no asyncio/sockets/clock and nothing from higher layers."""
-    assert _hits(path, IO_MODULES | ABOVE_PROTOCOL | APPS | {"conveyor_server_min"}) == []
-
-
-@pytest.mark.parametrize("path", _py(SDK / "_transport") if (SDK / "_transport").exists() else [], ids=str)
-def test_transport_does_not_import_the_runtime(path: Path) -> None:
-    """Transport modules never import the worker runtime, facades, server or CLI."""
-    assert _hits(path, ABOVE_TRANSPORT | APPS | {"conveyor_server_min"}) == []
-
-
-@pytest.mark.parametrize("path", _py(SDK), ids=lambda p: str(p.relative_to(SDK)))
-def test_sdk_never_imports_cli_or_conformance(path: Path) -> None:
-    """The SDK does not depend on the CLI or the conformance suite."""
-    assert _hits(path, APPS) == []
-
-
-def test_the_scan_sees_imports() -> None:
-    """Sanity: the AST scan reports a forbidden import when there is one."""
-    assert _hits(SDK / "_protocol" / "framing.py", {"conveyor_sdk.errors"}) != []
+def test_sdk_never_imports_cli_or_conformance() -> None:
+    """The SDK (app and testing included) does not depend on the CLI or the conformance suite."""
+    mods = module_files()
+    hits = [
+        f"{name} -> {dep}"
+        for name, path in mods.items()
+        if name.split(".")[0] == "conveyor_sdk"
+        for dep in module_edges(name, path, mods)
+        if dep.split(".")[0] in {"conveyor_cli", "conveyor_conformance"}
+    ]
+    assert hits == []
 
 
 @pytest.mark.parametrize(
@@ -78,15 +123,19 @@ def test_the_scan_sees_imports() -> None:
 def test_no_import_back_to_the_module_that_runs_it(lower: str, upper: str) -> None:
     """The driver and the live view take protocols (WorkerHost, LiveSource), not their owner's class,
     so neither imports back the module that imports it (not even under TYPE_CHECKING)."""
-    assert _hits(SDK / lower, {upper}) == []
+    name = "conveyor_sdk." + lower.removesuffix(".py").replace("/", ".")
+    assert upper not in module_edges(name, SDK / lower, module_files())
 
 
 @pytest.mark.parametrize(
-    "path", [p for p in _py(SDK) if p != SDK / "__init__.py"], ids=lambda p: str(p.relative_to(SDK))
+    "path",
+    [p for p in python_files(SDK) if p != SDK / "__init__.py"],
+    ids=lambda p: str(p.relative_to(SDK)),
 )
 def test_inner_modules_read_the_version_from_its_leaf_module(path: Path) -> None:
     """``__version__`` lives in ``conveyor_sdk/_version.py``; no inner module imports the package for it."""
-    assert "conveyor_sdk.__version__" not in _imports(path)
+    name = "conveyor_sdk." + ".".join(path.relative_to(SDK).with_suffix("").parts)
+    assert "conveyor_sdk.__version__" not in imported_names(name.removesuffix(".__init__"), path)
 
 
 def test_the_package_version_is_the_leaf_modules() -> None:
@@ -96,49 +145,11 @@ def test_the_package_version_is_the_leaf_modules() -> None:
     assert conveyor_sdk.__version__ == _version.__version__
 
 
-PACKAGES = {  # import name -> folder (setup.py renames cli/ and conformance/)
-    "conveyor_sdk": ROOT / "conveyor_sdk",
-    "conveyor_server_min": ROOT / "conveyor_server_min",
-    "conveyor_cli": ROOT / "cli",
-    "conveyor_conformance": ROOT / "conformance",
-}
-
-
-def _module_files() -> dict[str, Path]:
-    mods: dict[str, Path] = {}
-    for name, folder in PACKAGES.items():
-        for path in _py(folder):
-            parts = (name, *path.relative_to(folder).with_suffix("").parts)
-            mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return mods
-
-
-def _module_edges(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
-    """Our modules ``name`` imports anywhere (TYPE_CHECKING and function bodies included).
-
-    ``from pkg import sub`` counts as importing ``pkg.sub`` only, not the package's ``__init__``.
-    """
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                found.add(sub if sub in mods else base)
-    return {m for m in found if m in mods and m != name}
-
-
 def test_no_two_modules_import_each_other() -> None:
     """No pair of our modules imports each other, not even under TYPE_CHECKING: the lower one takes a
     protocol of what it uses (WorkerHost, LiveSource, PeerConn, StreamOwner, ...)."""
-    mods = _module_files()
-    edges = {name: _module_edges(name, path, mods) for name, path in mods.items()}
+    mods = module_files()
+    edges = {name: module_edges(name, path, mods) for name, path in mods.items()}
     circles = sorted((a, b) for a, deps in edges.items() for b in deps if a < b and a in edges[b])
     assert len(mods) > 150 and sum(map(len, edges.values())) > 500  # the scan sees the code base
     assert circles == []
