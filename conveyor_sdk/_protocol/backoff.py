@@ -144,6 +144,12 @@ class Backoff:
         self._round_began = None
         return delay
 
+    def point_at(self, index: int) -> None:
+        """Connect to ``addresses[index]`` next: between rounds only (after :meth:`next_delay`
+        returned a round's delay), so the round that follows starts there. The worker's heal
+        probe uses it for the address that accepts connections again."""
+        self.index = index % len(self.addresses)
+
     def reset(self) -> None:
         self.failures = self.rounds = self._tried = 0
         self._round_began = None

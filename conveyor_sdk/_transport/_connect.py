@@ -7,6 +7,7 @@ here and only here.
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import ssl
 import urllib.parse
@@ -114,8 +115,20 @@ def connect_error(exc: BaseException, target: Target) -> ConveyorError:
         return Unavailable(f"timed out connecting to {where}")
     if isinstance(exc, OSError):
         reason = exc.strerror or str(exc) or type(exc).__name__
-        return Unavailable(f"cannot connect to {where}: {reason}")
+        code = _errno(exc)  # the worker's heal probe runs only when nothing listened (healprobe.py)
+        details = {"connect_errno": code} if code else None
+        return Unavailable(f"cannot connect to {where}: {reason}", details=details)
     return Unavailable(f"cannot connect to {where}: {exc!r}")
+
+
+def _errno(exc: OSError) -> int | None:
+    """The errno of a failed connect; asyncio joins the failures of several resolved addresses
+    (``localhost``: ``::1`` and ``127.0.0.1``) into one OSError without one, so take theirs when
+    they all agree."""
+    if exc.errno is not None:
+        return int(exc.errno)
+    codes = set(re.findall(r"\[Errno (\d+)\]", str(exc)))
+    return int(codes.pop()) if len(codes) == 1 else None
 
 
 def check_alpn(transport: Any, target: Target) -> None:

@@ -40,6 +40,7 @@ from conveyor_sdk._protocol.types import CancelReason
 from conveyor_sdk._transport.firststep import eager_task
 from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
+from conveyor_sdk._worker.healprobe import MIN_WAIT, HealProbe, refused
 from conveyor_sdk._worker.outcomes import cancelled_outcome, log_abandoned, log_finished, never_retried
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk._worker.unseal import run_opened, sealed
@@ -60,6 +61,7 @@ class WorkerHost(Protocol):
     grace: float
     _log: logging.Logger
     _loop: asyncio.AbstractEventLoop | None
+    _rng: Callable[[], float]  # reconnect jitter, also the heal probe's
     task_log: bool
 
     @property
@@ -90,6 +92,8 @@ class Driver:
         self.reader: asyncio.Task[None] | None = None
         self.opener: asyncio.Task[None] | None = None
         self.reconnect_at: float | None = 0.0  # connect at once
+        self.refused = False  # the last connect found nothing listening: a long wait is probed
+        self.probe = HealProbe(machine.backoff.addresses, self._accepts, worker._rng)
         self.jobs: dict[str, asyncio.Task[None]] = {}
         # Jobs whose task has not taken its first step yet, with a cancel that came meanwhile.
         self.unstarted: dict[str, CancelReason | None] = {}
@@ -142,6 +146,7 @@ class Driver:
             now = time.time()
             if self.reconnect_at is not None and now >= self.reconnect_at and self.opener is None:
                 self.reconnect_at = None
+                self.probe.cancel()
                 self.opener = asyncio.create_task(self._open())
             await self._execute(self.machine.tick(now, self._can_start))
             while self.events and self.stopped is None:
@@ -237,12 +242,29 @@ class Driver:
                     "reconnecting to %s in %.2fs (%s)", self.worker.server, action.delay, self.machine.backoff
                 )
                 self.reconnect_at = time.time() + action.delay
+                if self.refused and action.delay > MIN_WAIT:
+                    self.probe.start()  # see healprobe.py: a refusing address is probed meanwhile
             elif isinstance(action, Stop):
                 self._stop(action)
+
+    def _accepts(self, index: int) -> None:
+        """The heal probe found ``servers[index]`` accepting: cut the reconnect wait short."""
+        now = time.time()
+        if self.reconnect_at is None or self.opener is not None or self.stopped is not None:
+            return
+        self.machine.backoff.point_at(index)
+        self.log.info(
+            "%s accepts connections again: reconnecting now, not in %.2fs",
+            self.worker.server,
+            max(0.0, self.reconnect_at - now),
+        )
+        self.reconnect_at = now
+        self.wake.set()  # the loop may be parked on the old wait's timer
 
     def _stop(self, action: Stop) -> None:
         self.stopped = action
         self.reconnect_at = None
+        self.probe.cancel()
         if action.error is not None:
             self.log.error("fatal session error, not reconnecting: %s", action.error)
 
@@ -265,6 +287,7 @@ class Driver:
         if isinstance(result, ConveyorError):
             result = _unverified_is_fatal(result, self.worker.server)
             self.last_error = result.message
+            self.refused = refused(result)
             if result.code is not Code.INVALID_ARGUMENT:
                 self.log.warning("cannot connect to %s: %s", self.worker.server, result)
             await self._execute(self.machine.connection_lost(result, now))
@@ -272,6 +295,7 @@ class Driver:
         if self.stopped is not None:
             await result.aclose()
             return
+        self.refused = False
         self.stream = result
         actions = self.machine.connect(now)
         self.stream_epoch = epoch = self.machine.epoch
@@ -440,7 +464,7 @@ class Driver:
         A hand-off executor first gets the job (``run``'s synchronous part), only if no Cancel
         reached it yet; that takes it out of ``unstarted``: from then on a Cancel goes to the
         executor. Any other job's first step is the handler's start: in the read turn it runs
-        before the rest of the read and the loop's next turn (see ``firststep.eager_task``).
+        before the rest of the read and the loop's next turn (see ``_h2kernel.eager.eager_task``).
         """
         handed: Awaitable[list[Outcome]] | None = None
         loop = asyncio.get_running_loop()
@@ -524,6 +548,7 @@ class Driver:
 
     # -- teardown ----------------------------------------------------------------------------------
     async def _shutdown(self) -> None:
+        self.probe.cancel()
         if self.opener is not None:
             self.opener.cancel()
             await asyncio.gather(self.opener, return_exceptions=True)

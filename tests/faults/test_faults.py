@@ -22,6 +22,7 @@ LEASE = 2.0  # longer than the keepalive notices a dead link (see NOTICE_BOUND):
 KA_INTERVAL, KA_TIMEOUT = 0.5, 1.0
 NOTICE_BOUND = KA_INTERVAL + KA_TIMEOUT + 0.5  # last answer, next PING, its timeout, slack for 2 cores
 RESUME_BOUND = 2.0
+REFUSE_HOLD = 8.0  # five refused connects: the default backoff's ceiling is 16 s by the heal
 SERVER_ARGS = ("--lease-ttl", f"{LEASE}s", "--reap-interval", "100ms", "--promote-interval", "100ms")
 DEAD_LINK: tuple[Fault, ...] = ("blackhole", "drop-up", "drop-down")
 _PRINTED: list[Report] = []
@@ -42,8 +43,15 @@ def fault_server(
     assert proc.stop() == 0, "".join(proc.output[-20:])
 
 
-def _worker_args(target: Target) -> dict[str, object]:
-    """Short keepalive and a 1 s reconnect cap, so a smoke run notices and resumes in seconds."""
+def _worker_args(target: Target, fault: Fault) -> dict[str, object]:
+    """Short keepalive and a 1 s reconnect cap, so a smoke run notices and resumes in seconds.
+
+    Refusals run at the default reconnect settings (0.5 s base, 30 s cap): the heal probe, not
+    a small cap, must bring the work back within 2 s. The in-process worker draws the worst
+    jitter (0.99 of each ceiling), so its wait at the heal is about 7 s without the probe.
+    """
+    if fault == "refuse":
+        return {"rng": lambda: 0.99} if target == "worker" else {}
     if target == "worker":
         return {"keepalive_interval": KA_INTERVAL, "keepalive_timeout": KA_TIMEOUT, "reconnect_max": 1.0}
     return {
@@ -57,9 +65,11 @@ def _run(
     fault: Fault, target: Target, server: ServerProcess, folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> Report:
     hold = 4.0 if fault in DEAD_LINK else 2.0  # a dead link for two leases: lapses and retries happen
+    if fault == "refuse":
+        hold = REFUSE_HOLD
     scenario = Scenario(
         fault, target, hold=hold, tasks=30, warmup=1.0, after=1.0, settle=30.0, max_retry=2,
-        worker_args=_worker_args(target),
+        worker_args=_worker_args(target, fault),
     )  # fmt: skip
     report = asyncio.run(run(scenario, server.url, folder, server_name=server.kind))  # type: ignore[attr-defined]
     with capsys.disabled():  # the duplicates (and the rest of the row) are printed, not asserted

@@ -1,0 +1,127 @@
+"""The heal probe: a long reconnect wait after refused connects ends once the address listens again,
+and an address that accepts but fails the session keeps the full §5.9 backoff (no storm)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+import ssl
+import time
+
+from conveyor_sdk._protocol.backoff import Backoff
+from conveyor_sdk._transport._connect import Target, connect_error
+from conveyor_sdk._worker.healprobe import refused
+from conveyor_sdk.testing import FaultProxy
+from conveyor_sdk.worker import Registry, Worker
+
+WORST = 0.99  # the jitter draw: every reconnect wait near its ceiling
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def waits(self) -> list[float]:
+        return [float(m.group(1)) for line in self.lines if (m := re.search(r" in ([\d.]+)s \(", line))]
+
+
+def _logger(name: str) -> tuple[logging.Logger, _Lines]:
+    lines = _Lines()
+    logger = logging.getLogger(f"tests.heal.{name}")
+    logger.propagate = False
+    logger.handlers[:] = [lines]
+    logger.setLevel(logging.DEBUG)
+    return logger, lines
+
+
+async def _until(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def test_only_a_connect_that_found_nothing_listening_counts_as_refused() -> None:
+    where = Target("http", "127.0.0.1", 9)
+    assert refused(connect_error(ConnectionRefusedError(111, "Connect call failed"), where))
+    several = OSError(
+        "Multiple exceptions: [Errno 111] Connect call failed ('::1', 9, 0, 0), "
+        "[Errno 111] Connect call failed ('127.0.0.1', 9)"
+    )  # what asyncio raises for "localhost" (two addresses, both refused): no errno of its own
+    assert refused(connect_error(several, where))
+    assert not refused(connect_error(TimeoutError(), where))
+    handshake = ssl.SSLError(1, "handshake failure")
+    handshake.reason = "SSLV3_ALERT_HANDSHAKE_FAILURE"
+    assert not refused(connect_error(handshake, where))  # a server answered
+    assert not refused(connect_error(OSError("the server did not negotiate HTTP/2 via ALPN"), where))
+
+
+def test_point_at_starts_the_next_round_at_the_given_address() -> None:
+    b = Backoff(rng=lambda: WORST, addresses=("a", "b", "c"))
+    b.next_delay(), b.next_delay(), b.next_delay()  # a full round failed: back at "a"
+    b.point_at(2)
+    assert b.address == "c"
+    assert [b.next_delay(), b.address, b.next_delay(), b.address] == [0.0, "a", 0.0, "b"]
+
+
+def test_a_refusing_address_is_reconnected_within_2s_of_listening(server_url: str) -> None:
+    """Default backoff, worst jitter: the wait has grown past 4 s; the session is back within 2 s."""
+    asyncio.run(_refusing_then_listening(server_url))
+
+
+async def _refusing_then_listening(server_url: str) -> None:
+    logger, lines = _logger("refused")
+    async with FaultProxy(server_url.removeprefix("http://")) as proxy:
+        proxy.refuse()
+        worker = Worker(proxy.url, logger=logger, rng=lambda: WORST)
+        run = asyncio.create_task(worker.run(Registry()))
+        try:
+            await _until(lambda: any(w > 4 for w in lines.waits()), 20, "a reconnect wait above 4 s")
+            await proxy.heal()
+            healed = time.monotonic()
+            await _until(lambda: worker.phase == "open", 5, "the session after the heal")
+            assert time.monotonic() - healed < 2.0
+            assert any("accepts connections again" in line for line in lines.lines), lines.lines
+        finally:
+            worker.stop()
+            await run
+
+
+def test_an_address_that_accepts_but_fails_the_session_keeps_the_full_backoff() -> None:
+    """A listener that closes every connection at once: not a refusal, so no probe connects and
+    each wait is the §5.9 draw (worst jitter: 0.5, 1, 2, 4 s), not cut short."""
+    asyncio.run(_accepting_but_failing())
+
+
+async def _accepting_but_failing() -> None:
+    accepted: list[float] = []
+
+    async def slam(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(time.monotonic())
+        writer.close()
+
+    listener = await asyncio.start_server(slam, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    logger, lines = _logger("slam")
+    worker = Worker(f"http://127.0.0.1:{port}", logger=logger, rng=lambda: WORST)
+    run = asyncio.create_task(worker.run(Registry()))
+    try:
+        await _until(lambda: len(lines.waits()) >= 4, 20, "four reconnect waits")
+        await _until(lambda: len(accepted) >= 4, 10, "the fourth attempt")
+        waits = lines.waits()[:4]
+        assert [round(w / WORST, 1) for w in waits] == [0.5, 1.0, 2.0, 4.0], waits
+        gaps = [b - a for a, b in itertools.pairwise(accepted)]
+        assert gaps[2] > 0.9 * waits[2], (gaps, waits)  # the 2 s wait ran in full: nothing cut it
+        assert len(accepted) - len(lines.waits()) in (0, 1), "a connection that was not a session attempt"
+        assert not any("accepts connections again" in line for line in lines.lines)
+    finally:
+        worker.stop()
+        await run
+        listener.close()
+        await listener.wait_closed()
