@@ -11,7 +11,7 @@ rotated order, each on a fresh broker), medians printed as one table with ratios
 * one producer's sequential single enqueues per second (no worker running), its CPU and the
   broker's per enqueue.
 
-    .venv/bin/python bench/peers/run.py [--rounds 3] [--variants] [--conveyord URL --conveyord-pid PID]
+    .venv/bin/python bench/peers/run.py [--rounds 3] [--variants] [--conveyord-bin PATH]
     .venv/bin/python bench/peers/run.py --smoke      # a few hundred tasks; exit 1 unless all completed
 
 Peers run from their own venv (bench/peers/README.md); a system whose venv or redis-server is
@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "apps"), str(HERE.parents[1])]
 
 import common  # noqa: E402
-from _procs import Broker, cpu_delta, start_ours, start_redis, stop, tree, tree_cpu  # noqa: E402
+from _procs import Broker, cpu_delta, start_conveyord, start_ours, start_redis, stop, tree, tree_cpu  # noqa: E402
 from _systems import APPS, CONVEYORD, CONVEYORD_VARIANTS, OURS, PYTHONPATH, REDIS, VARIANTS, System  # noqa: E402
 
 
@@ -69,9 +69,10 @@ class Run:
 
 
 class Bench:
-    def __init__(self, sizes: Sizes, conveyord: tuple[str, int] | None) -> None:
+    def __init__(self, sizes: Sizes, conveyord: tuple[str, int] | None, conveyord_bin: str = "") -> None:
         self.sizes = sizes
-        self.conveyord = conveyord
+        self.conveyord = conveyord  # a running node, shared by every run
+        self.conveyord_bin = conveyord_bin  # or a fresh node per run, as for Redis
         self.serial = 0
 
     # -- one system, one round ------------------------------------------------------
@@ -105,6 +106,8 @@ class Bench:
         if system.broker == "redis":
             return start_redis(out)
         if system.broker == "conveyord":
+            if self.conveyord_bin:
+                return start_conveyord(self.conveyord_bin, out)
             assert self.conveyord is not None
             return Broker(*self.conveyord)
         return start_ours()
@@ -277,12 +280,17 @@ def main() -> int:
     parser.add_argument("--no-peers", action="store_true", help="only our own systems")
     parser.add_argument("--conveyord", default="", help="URL of a running conveyord (adds its rows)")
     parser.add_argument("--conveyord-pid", type=int, default=0, help="its pid, for its CPU")
+    parser.add_argument(
+        "--conveyord-bin",
+        default="",
+        help="a conveyord binary: a fresh node for each run (adds its rows; preferred to --conveyord)",
+    )
     parser.add_argument("--json", default="", help="also write every run's figures to this file")
     opts = parser.parse_args()
     sizes = SMOKE if opts.smoke else FULL
     rounds = 1 if opts.smoke else max(1, opts.rounds)
     systems = [*OURS, *(VARIANTS if opts.variants else []), *REDIS]
-    if opts.conveyord:
+    if opts.conveyord or opts.conveyord_bin:
         systems += [*CONVEYORD, *(CONVEYORD_VARIANTS if opts.variants else [])]
     if opts.no_peers:
         systems = [s for s in systems if not s.peer]
@@ -303,7 +311,8 @@ def main() -> int:
         f"{rounds} round(s) of {len(runnable)} systems",
         flush=True,
     )
-    bench = Bench(sizes, (opts.conveyord, opts.conveyord_pid) if opts.conveyord else None)
+    shared = (opts.conveyord, opts.conveyord_pid) if opts.conveyord else None
+    bench = Bench(sizes, shared, opts.conveyord_bin)
     results: dict[str, list[Run]] = {s.name: [] for s in runnable}
     for r in range(rounds):
         order = (
