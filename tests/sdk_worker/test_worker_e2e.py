@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -60,23 +61,30 @@ def _fast_retry() -> RetryPolicy:
 
 
 def test_concurrency_gate_and_all_results(server_url: str) -> None:
-    """No more than `concurrency` handlers run at once and every task completes."""
+    """Exactly `concurrency` handlers run at once, never more, and every task completes."""
     reg = Registry()
     active = {"now": 0, "max": 0}
+    full = asyncio.Event()  # the first three wait for each other, so a gate of 1 or 2 shows
 
     @reg.handler("work")
     async def work(task: TaskData, ctx: TaskContext) -> None:
         active["now"] += 1
         active["max"] = max(active["max"], active["now"])
-        await asyncio.sleep(0.2)
+        if active["now"] == 3:
+            full.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(full.wait(), 5)
+        await asyncio.sleep(0.05)
         active["now"] -= 1
 
     async def main() -> None:
-        async with Client(server_url) as client, running(Worker(server_url, concurrency=3), reg):
+        async with Client(server_url) as client:
+            # All twelve are ready before the worker connects: only its gate holds back the rest.
             ids = [(await client.enqueue("work", b"", **KEEP)).id for _ in range(12)]
-            for tid in ids:
-                await wait_state(client, tid, TaskState.COMPLETED)
-        assert 1 <= active["max"] <= 3
+            async with running(Worker(server_url, concurrency=3), reg):
+                for tid in ids:
+                    await wait_state(client, tid, TaskState.COMPLETED)
+        assert active["max"] == 3
 
     asyncio.run(main())
 
