@@ -78,8 +78,9 @@ def runtime(url: str, protocol: str, backlog: int) -> float:
         env = {**os.environ, "WEIGHTS_BENCH_OUT": str(out)}
         cmd = [sys.executable, "-m", "conveyor_cli", "worker", "weightsapp:app", "--server", url,
                "-q", f"{wa}=3", "-q", f"{wb}=1", "--processes", "4", "--concurrency", "4"]  # fmt: skip
-        quiet = subprocess.DEVNULL
-        proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=quiet, stderr=quiet)
+        log_path = os.environ.get("WEIGHTS_BENCH_LOG")  # keep the worker's log, to see why a run drifts
+        log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=log)
         try:
             deadline = time.monotonic() + 60
             while len(out.read_text().split()) < STARTS:

@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from conveyor_sdk.app import App
 from conveyor_sdk.worker import SkipRetry, TaskContext
 
 app = App()
+LEDGER = "INTEROP_LEDGER"  # a file each handler appends its queue to as it starts (start order)
+
+
+def _record(queue: str) -> None:
+    path = os.environ.get(LEDGER)
+    if path:  # O_APPEND writes of one short line: whole lines, in the order the handlers started
+        with open(path, "a") as out:
+            out.write(queue + "\n")
 
 
 @app.task("rt:a", queue="wa")
 def run_a(payload: dict[str, float], ctx: TaskContext) -> str:
+    _record("wa")
     time.sleep(payload.get("sleep", 0.02))
     return "a"
 
 
 @app.task("rt:b", queue="wb")
 def run_b(payload: dict[str, float], ctx: TaskContext) -> str:
+    _record("wb")
     time.sleep(payload.get("sleep", 0.02))
     return "b"
 
