@@ -118,6 +118,7 @@ def test_a_gzip_json_error_is_inflated() -> None:
         (b"not gzip at all", "Internal", "malformed gzip"),
         (gzip.compress(_task_answer())[:-8], "Internal", "truncated"),
     ],
+    ids=["inflates-too-far", "not-gzip", "truncated"],  # a gzip body holds the time: ids must not
 )
 def test_a_bad_gzip_answer_is_a_clear_error_on_both_paths(body: bytes, error: str, text: str) -> None:
     ours, theirs, _ = _both((200, [*PROTO, ("content-encoding", "gzip")], body))
