@@ -9,6 +9,7 @@ from pathlib import Path
 from conveyor_sdk.client import Client, task
 from conveyor_sdk.types import TaskState
 from tests.interop._app import LEDGER
+from tests.interop._app import ledger as read_ledger
 from tests.runtime._worker_proc import WorkerProc
 from tests.sdk_worker._helpers import wait_state
 
@@ -48,7 +49,7 @@ def test_weighted_share_and_sigterm_drain(cv_url: str, tmp_path: Path) -> None:
     finally:
         proc.signal(signal.SIGTERM)
         code = proc.wait(60)
-    order = ledger.read_text().split()
+    order = [q for q, _ in read_ledger(str(ledger))]
     share = order[:40].count("wa") / 40
     print(f"runtime wa share of first 40 handler starts against conveyord: {share:.3f}")
     assert code == 0, proc.output[-2000:]
