@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import time
@@ -252,9 +253,12 @@ def test_child_import_failure_stops_start(write_app: Callable[[str, str], Path])
     _run(main)
 
 
-def test_max_tasks_recycles_children_without_losing_jobs(write_app: Callable[[str, str], Path]) -> None:
+def test_max_tasks_recycles_children_without_losing_jobs(
+    write_app: Callable[[str, str], Path], caplog: pytest.LogCaptureFixture
+) -> None:
     """With max_tasks_per_child=5, jobs keep succeeding while successive child pids serve them."""
     folder = write_app("rtapp", APP)
+    caplog.set_level(logging.INFO, logger="conveyor.runtime")
 
     async def main() -> None:
         async with started(folder, capacity=1, max_tasks_per_child=5) as ex:
@@ -269,6 +273,9 @@ def test_max_tasks_recycles_children_without_losing_jobs(write_app: Callable[[st
                 pids.append(int(out.result.split()[0]))
             assert len(set(pids)) >= 3, pids
             assert ex.restarts == 0  # recycling is not a crash
+        # Each recycling began at the cap (the old child serves on until its replacement is ready).
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("recycling child")]
+        assert len(lines) >= 2 and all(line.endswith(" after 5 tasks") for line in lines), lines
 
     _run(main)
 
