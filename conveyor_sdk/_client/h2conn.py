@@ -1,7 +1,8 @@
 """One HTTP/2 connection of the async producer client: many concurrent calls, one per stream.
 
-An :class:`asyncio.Protocol` around the SDK's h2 connection (:class:`conveyor_sdk._transport._h2.Connection`,
-which lets streams below a graceful GOAWAY finish). It runs on the caller's event loop: a call's
+An :class:`asyncio.Protocol` around the HTTP/2 kernel's client connection
+(:mod:`conveyor_sdk._h2kernel`: streams below a graceful GOAWAY may finish; requests and answers
+skip h2's generic frame code). It runs on the caller's event loop: a call's
 HEADERS and DATA are framed and written in the caller's own turn, and responses are read in the
 socket callback, with no thread or task hop either way.
 
@@ -36,18 +37,12 @@ import h2.settings
 from h2.connection import ConnectionState
 from h2.errors import ErrorCodes
 
+from conveyor_sdk._h2kernel import probe
+from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG, client_connection, str_headers
+from conveyor_sdk._h2kernel.client_fast import send_request, take_response_frames
+from conveyor_sdk._h2kernel.streams import retire_closed
 from conveyor_sdk._transport import _status
 from conveyor_sdk._transport._connect import Target, tune_socket
-from conveyor_sdk._transport._h2 import (
-    PLAIN_CLIENT_CONFIG,
-    CachingEncoder,
-    Connection,
-    retire_closed,
-    send_request,
-    str_headers,
-    take_response_frames,
-)
-from conveyor_sdk._transport.hpackfast import FastDecoder
 from conveyor_sdk._transport.keepalive import Keepalive, KeepaliveOptions, LinkDead, PingNow
 from conveyor_sdk._transport.reads import BufferedReads
 from conveyor_sdk._transport.signal import Signal
@@ -88,9 +83,8 @@ class H2Conn(asyncio.Protocol):
         # Callers hand over lower-case names without hop-by-hop fields (H2Transport does), which
         # is all outbound header validation and normalisation would check or fix; they cost ~20%
         # of a send, so this configuration has both off.
-        self.h2 = Connection(config=PLAIN_CLIENT_CONFIG)
-        self.h2.encoder = CachingEncoder()  # the same request headers, call after call
-        self.h2.decoder = FastDecoder()  # ... and the same response headers (a fresh table: no state yet)
+        # Fast codecs: the same request headers call after call, and the same response headers.
+        self.h2 = client_connection(PLAIN_CLIENT_CONFIG, fast_codecs=True)
         self.h2.local_settings = h2.settings.Settings(
             client=True,
             initial_values={
@@ -143,9 +137,9 @@ class H2Conn(asyncio.Protocol):
         except h2.exceptions.ProtocolError as exc:
             self._fail(Unavailable(f"the server broke the HTTP/2 protocol: {exc}"))
             return
-        except Exception as exc:  # isolation point: garbage input must not escape as a foreign error
-            log.debug("unexpected error decoding HTTP/2 input", exc_info=True)
-            self._fail(Unavailable(f"the server sent undecodable HTTP/2 data: {exc!r}"))
+        except Exception as exc:  # h2 raises ProtocolError for any bad input: anything else is a bug
+            log.debug("unexpected error in the HTTP/2 layer", exc_info=True)
+            self._fail(probe.internal_error(exc))
             return
         for event in events:
             self._on_event(event)
@@ -184,7 +178,12 @@ class H2Conn(asyncio.Protocol):
         """Open a stream, send HEADERS and what the windows allow of ``body``; return it, bytes sent."""
         if self._ka_timer is None and self.keepalive is not None and not self.closed:
             self._keepalive_on_call()  # the first call since the connection went idle
-        opened = None if self.closed or self.draining else send_request(self.h2, headers, body)
+        try:
+            opened = None if self.closed or self.draining else send_request(self.h2, headers, body)
+        except probe.KernelFault as exc:
+            error = probe.internal_error(exc)
+            self._fail(error)
+            raise error from None
         if opened is not None:  # the usual case: HEADERS and DATA framed without h2's generic path
             sid, sent = opened
             self.fast_sends += 1

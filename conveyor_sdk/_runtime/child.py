@@ -31,13 +31,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from conveyor_sdk._h2kernel.eager import eager_task
 from conveyor_sdk._runtime import pipe
 from conveyor_sdk._runtime.appload import AppLoadError, load_app
 from conveyor_sdk._runtime.mstore import STORE
 from conveyor_sdk._runtime.outbox import Outbox
 from conveyor_sdk._runtime.rss import read_rss
 from conveyor_sdk._transport import eventloop
-from conveyor_sdk._transport.firststep import eager_task
 from conveyor_sdk._worker.context import CancelSignal, ProgressSink
 from conveyor_sdk._worker.executor import CancelReason, Outcome, OutcomeKind
 from conveyor_sdk._worker.invoke import begin_async
@@ -161,7 +161,7 @@ class ChildLoop:
             # (same read, or before the job's first step) reaches it instead of being dropped.
             sig = self.signals[message.job_id] = CancelSignal()
             # Called from the pipe's data_received: the handler starts now, inside its own task,
-            # not a loop turn later (see firststep.eager_task).
+            # not a loop turn later (see _h2kernel.eager.eager_task).
             name = f"conveyor-job-{message.job_id}"
             task = eager_task(asyncio.get_running_loop(), self._run(message, sig), name)
             self.tasks.add(task)

@@ -16,7 +16,8 @@ Rules of this module:
 * Terminal outcome: ``finished`` turns True with ``error`` None (clean end) or a
   :class:`ConveyorError`. Queued messages are still delivered before the outcome.
 * Every h2 exception is translated here, at this one boundary: peer faults become
-  Unavailable/Internal naming the server; our own bugs become Internal.
+  Unavailable/Internal naming the server; our own bugs (the HTTP/2 kernel's included) become
+  Internal naming the h2 version (:func:`conveyor_sdk._h2kernel.probe.internal_error`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ import h2.exceptions
 import h2.settings
 from h2.errors import ErrorCodes
 
+from conveyor_sdk._h2kernel import probe
+from conveyor_sdk._h2kernel.client import client_connection, str_headers
+from conveyor_sdk._h2kernel.client_fast import DataFrameTaker
+from conveyor_sdk._h2kernel.streams import pending_output
 from conveyor_sdk._protocol.framing import (
     FrameDecoder,
     encode_frame,
@@ -39,7 +44,6 @@ from conveyor_sdk._protocol.framing import (
     error_from_grpc_trailers,
 )
 from conveyor_sdk._transport import _status
-from conveyor_sdk._transport._h2 import Connection, DataFrameTaker, str_headers
 from conveyor_sdk.errors import (
     Canceled,
     ConveyorError,
@@ -74,7 +78,7 @@ class SessionCore:
         fast_data: bool = True,
     ) -> None:
         config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
-        self._conn = Connection(config=config)
+        self._conn = client_connection(config)
         self._conn.local_settings = h2.settings.Settings(
             client=True,
             initial_values={
@@ -152,10 +156,10 @@ class SessionCore:
         """Whether the I/O layer has anything to do: bytes to write, or a connection to close.
 
         False for most reads (a Dispatch is acknowledged in batches), so the I/O layer can skip
-        scheduling a write that would find nothing. Reads h2's output buffer; should that change,
-        it always says True.
+        scheduling a write that would find nothing. On the kernel's public path, which cannot look
+        into h2's output, it always says True.
         """
-        return bool(getattr(self._conn, "_data_to_send", True)) or self.connection_closed
+        return pending_output(self._conn) != 0 or self.connection_closed
 
     # ---- outbound ------------------------------------------------------------------------------
 
@@ -256,7 +260,11 @@ class SessionCore:
             return
         taker = self._taker
         if taker is not None and self.status == 200 and self._error_body is None and not self.finished:
-            payloads, used = taker.take(data)
+            try:
+                payloads, used = taker.take(data)
+            except probe.KernelFault as exc:
+                self._fail(probe.internal_error(exc), connection=True)
+                return
             self.fast_frames += len(payloads)
             for payload in payloads:  # the hot path: messages straight from DATA frames
                 self._on_payload(payload, len(payload))
@@ -266,14 +274,17 @@ class SessionCore:
                     if self._out or self._end_requested:
                         self.flush()
                     return
+        self._receive_h2(data)
+
+    def _receive_h2(self, data: bytes) -> None:
         try:
             events = self._conn.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
             self._fail(Unavailable(f"the server broke the HTTP/2 protocol: {exc}"), connection=True)
             return
-        except Exception as exc:  # isolation point: a garbage byte must never escape as a foreign error
-            log.debug("unexpected error decoding HTTP/2 input", exc_info=True)
-            self._fail(Unavailable(f"the server sent undecodable HTTP/2 data: {exc!r}"), connection=True)
+        except Exception as exc:  # h2 raises ProtocolError for any bad input: anything else is a bug
+            log.debug("unexpected error in the HTTP/2 layer", exc_info=True)
+            self._fail(probe.internal_error(exc), connection=True)
             return
         for event in events:
             handler = self._handlers.get(type(event))

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from conveyor_sdk._encryption.hooks import Encryptor
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._h2kernel.eager import eager_task
 from conveyor_sdk._protocol.inflight import Delivery
 from conveyor_sdk._protocol.session import (
     Abort,
@@ -37,7 +38,6 @@ from conveyor_sdk._protocol.session import (
     WorkerSession,
 )
 from conveyor_sdk._protocol.types import CancelReason
-from conveyor_sdk._transport.firststep import eager_task
 from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
 from conveyor_sdk._worker.healprobe import MIN_WAIT, HealProbe, refused

@@ -7,12 +7,10 @@ import contextlib
 import os
 from collections.abc import Callable
 
-import h2.config
-import h2.connection
 import h2.events
 import h2.exceptions
-from h2.connection import ConnectionState
 
+from conveyor_sdk._h2kernel.peer import keep_open_after_goaway, peer_connection
 from conveyor_sdk._transport.signal import Signal
 from conveyor_sdk.testing._peer_session import PeerSession
 
@@ -29,9 +27,7 @@ class PeerConnection:
         protocol: str,
         on_request: Callable[[PeerSession], None],
     ) -> None:
-        self.h2 = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
-        )
+        self.h2 = peer_connection()
         self._reader = reader
         self._writer = writer
         self.protocol = protocol
@@ -147,8 +143,7 @@ class PeerConnection:
         """Send GOAWAY. With NO_ERROR the open streams may still be finished by the script."""
         self.h2.close_connection(error_code, data or None, last_stream_id)
         if error_code == 0:
-            # h2 closes its state machine on GOAWAY; reopen it so scripted streams can finish.
-            self.h2.state_machine.state = ConnectionState.SERVER_OPEN
+            keep_open_after_goaway(self.h2)  # so scripted streams can finish
             await self.flush()
         else:
             await self.flush()

@@ -14,7 +14,7 @@ Rules this module keeps:
 * **Graceful shutdown.** ``shutdown()`` refuses new streams (REFUSED_STREAM),
   lets the open ones finish, then sends GOAWAY(NO_ERROR) and closes.
 * **Bounded by one client** (:class:`HttpLimits`): frames are size-checked from
-  their header (``h2guard``); a stream reset in the same read that opened it
+  their header (``conveyor_sdk._h2kernel.guard``); a stream reset in the same read that opened it
   never starts a handler, and its memory goes at once; RST_STREAM floods and
   empty-frame floods end in GOAWAY(ENHANCE_YOUR_CALM); reading stops while
   writes are paused and pending output is capped; a connection without streams
@@ -27,15 +27,16 @@ import asyncio
 import contextlib
 import logging
 
-import h2.config
-import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
-import h2.settings
 
-from .h2fast import acknowledge, new_server_h2, retire_closed, send_data, take_frames
-from .h2guard import FRAMES_PER_TURN
+from conveyor_sdk._h2kernel import probe
+from conveyor_sdk._h2kernel.guard import FRAMES_PER_TURN
+from conveyor_sdk._h2kernel.server import take_frames
+from conveyor_sdk._h2kernel.server_conn import acknowledge, new_server_h2, release, send_data
+from conveyor_sdk._h2kernel.streams import retire_closed
+
 from .h2stream import HIGH_WATER, H2Stream, header_dict
 from .inline import start_inline
 from .limits import Deadline, FloodCounters, HttpLimits, WindowCounter, close_soon
@@ -67,7 +68,12 @@ class H2Connection:
         self.router = router
         self.peer = peer
         self.limits = limits = limits or HttpLimits()
-        self.h2, self._frames = new_server_h2(limits, STREAM_WINDOW)
+        self.h2, self._frames = new_server_h2(
+            max_streams=limits.max_streams,
+            stream_window=STREAM_WINDOW,
+            max_header_bytes=limits.max_header_bytes,
+            max_empty_frames=limits.max_empty_frames,
+        )
         self._next_turn = False  # frames are waiting in the buffer for the next loop turn
         self._linger_left = LINGER_BYTES
         self._fields: dict[object, tuple[str, str]] = {}  # see header_dict
@@ -116,6 +122,10 @@ class H2Connection:
             log.debug("HTTP/2 protocol error from %s: %s", self.peer, exc)
             self._write_out()  # h2 has queued the GOAWAY
             self._finish(True)
+            return
+        except Exception as exc:  # h2 raises ProtocolError for any bad input: anything else is ours
+            log.error("closing the connection from %s: %s", self.peer, probe.internal_error(exc).message)
+            self.close(h2.errors.ErrorCodes.INTERNAL_ERROR, linger=True)
             return
         for event in events:
             if self._closed:
@@ -272,12 +282,11 @@ class H2Connection:
     def ack(self, stream_id: int, flow: int) -> None:
         """Hand ``flow`` consumed bytes back to the peer's windows."""
         if flow and not self._closed:
-            queued = len(self.h2._data_to_send)
             try:
-                acknowledge(self.h2, stream_id, flow)
+                queued = acknowledge(self.h2, stream_id, flow)
             except h2.exceptions.H2Error:
                 return
-            if len(self.h2._data_to_send) != queued:  # a WINDOW_UPDATE: h2 sends one only now and then
+            if queued:  # a WINDOW_UPDATE: h2 sends one only now and then
                 self._schedule_flush()
 
     def send_headers(self, st: H2Stream, headers: list[tuple[str, str]], end: bool) -> None:
@@ -461,7 +470,7 @@ class H2Connection:
         self._cancel_all()
         # h2's connection object is a reference cycle (its frame dispatch table holds bound
         # methods), so it waits for the cyclic GC: drop the large buffers it holds now.
-        self._frames._data = bytearray()
+        release(self._frames)
         self._idle_timer.close()
 
     def _cancel_all(self) -> None:

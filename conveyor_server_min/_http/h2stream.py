@@ -1,4 +1,4 @@
-"""HTTP/2 building blocks: the stream object handlers see (a CallIO) and a refusing h2 connection."""
+"""HTTP/2 building blocks: the stream object handlers see (a CallIO) and its owner's protocol."""
 
 from __future__ import annotations
 
@@ -6,12 +6,9 @@ import asyncio
 from collections import deque
 from typing import Any, Protocol
 
-import h2.connection
-import h2.errors
-
 from conveyor_sdk.errors import Canceled, DeadlineExceeded, ResourceExhausted
 
-__all__ = ["BODY_BUDGET", "HIGH_WATER", "H2Stream", "RefusingConnection", "StreamOwner", "header_dict"]
+__all__ = ["BODY_BUDGET", "HIGH_WATER", "H2Stream", "StreamOwner", "header_dict"]
 
 HIGH_WATER = 256 * 1024  # a writer waits when its stream buffer holds more than this
 # Request bytes a connection may have handed to handlers that have not answered yet (unary bodies
@@ -33,32 +30,6 @@ class StreamOwner(Protocol):
     def mark_ready(self, st: H2Stream) -> None: ...
 
     def flush_now(self, st: H2Stream) -> None: ...
-
-
-class RefusingConnection(h2.connection.H2Connection):
-    """h2 treats a stream beyond MAX_CONCURRENT_STREAMS as a connection error; refuse it instead."""
-
-    _bypass_limit = False
-    stream_limit = 0  # SETTINGS_MAX_CONCURRENT_STREAMS we announce (set by new_server_h2; see h2fast)
-
-    @property
-    def open_inbound_streams(self) -> int:
-        if self._bypass_limit:
-            return 0
-        return super().open_inbound_streams
-
-    def _receive_headers_frame(self, frame: Any) -> Any:  # h2 private hook; pinned h2 4.x
-        if frame.stream_id in self.streams or frame.stream_id <= self.highest_inbound_stream_id:
-            return super()._receive_headers_frame(frame)
-        if super().open_inbound_streams < self.local_settings.max_concurrent_streams:
-            return super()._receive_headers_frame(frame)
-        self._bypass_limit = True
-        try:
-            frames, events = super()._receive_headers_frame(frame)
-        finally:
-            self._bypass_limit = False
-        self.reset_stream(frame.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
-        return frames, [e for e in events if getattr(e, "stream_id", None) != frame.stream_id]
 
 
 class H2Stream:

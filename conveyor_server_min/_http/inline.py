@@ -20,7 +20,7 @@ import types
 from collections.abc import Coroutine, Generator
 from typing import Any
 
-from conveyor_sdk._transport.firststep import Continuation
+from conveyor_sdk._h2kernel.eager import Continuation
 
 __all__ = ["handoff", "start_inline"]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf.message import Message
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
-from conveyor_sdk._transport.firststep import Continuation
+from conveyor_sdk._h2kernel.eager import Continuation
 from conveyor_sdk.errors import (
     ConveyorError,
     DeadlineExceeded,

@@ -13,6 +13,7 @@ import pytest
 from hpack import NeverIndexedHeaderTuple
 
 from conveyor_sdk._client.h2transport import H2Transport
+from conveyor_sdk._h2kernel.streams import retired_streams
 from conveyor_sdk.client import Client, RetryConfig
 from conveyor_sdk.errors import DeadlineExceeded, Unavailable
 from conveyor_server_min.testing import ServerProcess
@@ -286,7 +287,7 @@ def test_finished_streams_leave_h2s_table(url: str) -> None:
             for i in range(30):
                 await client.enqueue("h2:retire", {"i": i})
             conn = client._h2._conn  # type: ignore[union-attr]
-            return len(conn.h2.streams), len(conn.h2._closed_streams)
+            return len(conn.h2.streams), retired_streams(conn.h2)
 
     held, retired = asyncio.run(main())
     assert held == 0

@@ -15,9 +15,14 @@ from h2.stream import StreamState
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conveyor_sdk._transport._h2 import CachingEncoder, Connection, retire_closed, send_request
+from conveyor_sdk._h2kernel.client import CachingEncoder, Connection
+from conveyor_sdk._h2kernel.client_fast import send_request
+from conveyor_sdk._h2kernel.streams import retire_closed
 from conveyor_sdk.client import Client
 from conveyor_server_min.testing import ServerProcess
+from tests._h2paths import FAST_ONLY
+
+pytestmark = FAST_ONLY
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 Codes = h2.settings.SettingCodes
@@ -273,11 +278,11 @@ def test_the_fast_path_moves_streams_itself_and_knows_the_client_configuration()
     """With the installed h2 the three transitions are applied directly (the table check holds),
     and H2Conn's shared configuration is the one whose identity skips the option reads."""
     from conveyor_sdk._client.h2conn import H2Conn
-    from conveyor_sdk._transport import _h2
+    from conveyor_sdk._h2kernel import client, client_fast
     from conveyor_sdk._transport._connect import parse_target
 
-    assert _h2._OWN_SEND_TRANSITIONS
-    config = _h2.PLAIN_CLIENT_CONFIG
+    assert client_fast._OWN_SEND_TRANSITIONS
+    config = client.PLAIN_CLIENT_CONFIG
     assert config.client_side
     assert not config.validate_outbound_headers and not config.normalize_outbound_headers
 

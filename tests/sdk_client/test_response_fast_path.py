@@ -13,10 +13,13 @@ import h2.settings
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conveyor_sdk._transport._h2 import take_response_frames
-from conveyor_sdk._transport.hpackfast import FastDecoder
+from conveyor_sdk._h2kernel.client_fast import take_response_frames
+from conveyor_sdk._h2kernel.hpackfast import FastDecoder
 from conveyor_sdk.client import Client
 from conveyor_server_min.testing import ServerProcess
+from tests._h2paths import FAST_ONLY
+
+pytestmark = FAST_ONLY
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/a/b"), (":authority", "h:1")]

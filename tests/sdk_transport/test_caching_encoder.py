@@ -6,7 +6,7 @@ from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conveyor_sdk._transport._h2 import CachingEncoder
+from conveyor_sdk._h2kernel.client import CachingEncoder
 
 FIELDS = [
     (":method", "POST"),

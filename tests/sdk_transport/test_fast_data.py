@@ -10,6 +10,9 @@ from hypothesis import strategies as st
 
 from conveyor_sdk._protocol.framing import encode_frame
 from conveyor_sdk._transport.core import SessionCore
+from tests._h2paths import FAST_ONLY
+
+pytestmark = FAST_ONLY
 
 HEADERS = [(":method", "POST"), (":scheme", "http"), (":path", "/x/y"), (":authority", "h:1")]
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

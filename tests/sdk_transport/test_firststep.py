@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from conveyor_sdk._transport.firststep import Continuation, eager_task
+from conveyor_sdk._h2kernel import probe
+from conveyor_sdk._h2kernel.eager import Continuation, eager_task
 
 _VAR: contextvars.ContextVar[str] = contextvars.ContextVar("_VAR", default="outside")
 
@@ -86,6 +87,8 @@ def test_asyncio_timeout_works_in_the_first_step() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.h2_fast
+@pytest.mark.skipif(not probe.fast, reason="tests the eager start of the kernel's fast path")
 def test_cancel_before_the_tasks_own_first_step_reaches_the_coroutine_and_its_future() -> None:
     """Cancelled in the same turn: the coroutine's except/finally run inside the task, the future it
     waited on is cancelled (as Task.cancel does), and the task ends cancelled."""
@@ -117,6 +120,8 @@ def test_cancel_before_the_tasks_own_first_step_reaches_the_coroutine_and_its_fu
     asyncio.run(main())
 
 
+@pytest.mark.h2_fast
+@pytest.mark.skipif(not probe.fast, reason="tests the eager start of the kernel's fast path")
 def test_cancel_after_a_first_step_that_finished_keeps_the_result() -> None:
     """The work is done already: a cancel that arrives before the task's own step changes nothing."""
     ran: list[str] = []
@@ -195,9 +200,10 @@ def test_a_first_step_can_only_run_once() -> None:
 
 def test_without_asyncios_task_switch_it_is_plain_create_task(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Python without asyncio's _enter_task (not one we support yet) gets an ordinary task."""
-    from conveyor_sdk._transport import firststep
+    from conveyor_sdk._h2kernel import eager
 
-    monkeypatch.setattr(firststep, "_enter_task", None)
+    monkeypatch.setattr(eager, "_enter_task", None)
+    monkeypatch.setattr(eager, "PUBLIC_EAGER", False)
     seen: list[object] = []
 
     async def job() -> str:

@@ -7,14 +7,29 @@ from pathlib import Path
 
 import pytest
 
-TRANSPORT = Path(__file__).resolve().parents[2] / "conveyor_sdk" / "_transport"
+SDK = Path(__file__).resolve().parents[2] / "conveyor_sdk"
+TRANSPORT = SDK / "_transport"
+SANS_IO = [TRANSPORT / n for n in ("core.py", "_status.py", "options.py")] + [
+    SDK / "_h2kernel" / n
+    for n in (
+        "client.py",
+        "client_fast.py",
+        "server.py",
+        "server_conn.py",
+        "guard.py",
+        "hpackfast.py",
+        "walker.py",
+    )
+]
 IO = {"asyncio", "socket", "ssl", "selectors", "time", "threading"}
 
 
-@pytest.mark.parametrize("name", ["core.py", "_h2.py", "_status.py", "options.py"])
-def test_sans_io_modules_import_no_io(name: str) -> None:
-    """core.py, _h2.py, _status.py and options.py import no asyncio, sockets, TLS or clock."""
-    tree = ast.parse((TRANSPORT / name).read_text())
+@pytest.mark.parametrize("path", SANS_IO, ids=lambda p: p.name)
+def test_sans_io_modules_import_no_io(path: Path) -> None:
+    """core.py, _status.py, options.py and the HTTP/2 kernel's connection modules import no asyncio,
+    sockets, TLS or clock."""
+    name = path.name
+    tree = ast.parse(path.read_text())
     imported = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)

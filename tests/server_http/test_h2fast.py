@@ -1,4 +1,4 @@
-"""The request fast path (h2fast.take_frames) behaves exactly like h2's own frame parser."""
+"""The request fast path (_h2kernel.server.take_frames) behaves exactly like h2's own frame parser."""
 
 from __future__ import annotations
 
@@ -14,9 +14,15 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conveyor_server_min._http.h2fast import acknowledge, new_server_h2, retire_closed, send_data, take_frames
-from conveyor_server_min._http.h2guard import FRAMES_PER_TURN
+from conveyor_sdk._h2kernel.guard import FRAMES_PER_TURN
+from conveyor_sdk._h2kernel.server import take_frames
+from conveyor_sdk._h2kernel.server_conn import acknowledge, send_data
+from conveyor_sdk._h2kernel.server_conn import new_server_h2 as _new_server_h2
+from conveyor_sdk._h2kernel.streams import retire_closed
 from conveyor_server_min._http.limits import HttpLimits
+from tests._h2paths import FAST_ONLY
+
+pytestmark = FAST_ONLY
 
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIMITS = HttpLimits(max_streams=3, max_header_bytes=600, max_empty_frames=4)
@@ -25,6 +31,15 @@ PATH = b"/conveyor.v1.TaskService/Enqueue"
 
 def _frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
     return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream_id.to_bytes(4, "big") + payload
+
+
+def new_server_h2(limits: HttpLimits, window: int) -> Any:
+    return _new_server_h2(
+        max_streams=limits.max_streams,
+        stream_window=window,
+        max_header_bytes=limits.max_header_bytes,
+        max_empty_frames=limits.max_empty_frames,
+    )
 
 
 class Side:
@@ -46,7 +61,7 @@ class Side:
             if used < len(data) or not used:
                 events += self.conn.receive_data(data[used:])
             outcome: Any = [_event(e) for e in events]
-            retire_closed(self.conn)  # as H2Connection does after every read (h2fast skips h2's count)
+            retire_closed(self.conn)  # as H2Connection does after every read (the fast path skips h2's count)
         except h2.exceptions.ProtocolError as exc:
             outcome = ("error", type(exc).__name__, exc.error_code)
         return outcome, self.conn.data_to_send(), self.frames.throttled, self.frames.empty_frames

@@ -8,7 +8,7 @@ from hpack.exceptions import HPACKError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conveyor_sdk._transport.hpackfast import FastDecoder
+from conveyor_sdk._h2kernel.hpackfast import FastDecoder
 from conveyor_server_min._http.h2stream import header_dict
 
 _NAMES = [b":method", b":path", b"content-type", b"content-length", b"x-custom", b"authorization"]

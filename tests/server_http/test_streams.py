@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
 import socket
@@ -270,9 +269,10 @@ def test_stream_flood_is_refused_not_fatal(server: ThreadServer) -> None:
         client = await H2Client().connect("127.0.0.1", server.port)
         await asyncio.wait_for(client.remote_settings.wait(), 10)
         assert client.conn.remote_settings.max_concurrent_streams == 100
-        # Misbehave on purpose: ignore the advertised limit (h2 keeps settings in per-key deques).
+        # Misbehave on purpose: ignore the advertised limit (as if the server had announced 5000).
         codes = h2.settings.SettingCodes
-        client.conn.remote_settings._settings[codes.MAX_CONCURRENT_STREAMS] = collections.deque([5000])
+        client.conn.remote_settings[codes.MAX_CONCURRENT_STREAMS] = 5000
+        client.conn.remote_settings.acknowledge()
         sids = []
         for _ in range(200):
             sid = await client.open(SESSION)

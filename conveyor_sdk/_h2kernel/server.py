@@ -38,32 +38,29 @@ from __future__ import annotations
 
 from typing import Any
 
-import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
-import h2.settings
+import h2.stream
 from h2.connection import ConnectionState
 from h2.events import DataReceived, RequestReceived, StreamEnded
-from h2.stream import STREAM_OPEN, H2Stream, H2StreamStateMachine, StreamInputs, StreamState, _transitions
-from h2.windows import WindowManager
+from h2.stream import H2Stream, H2StreamStateMachine, StreamInputs, StreamState
 
-from conveyor_sdk._transport._h2 import new_stream, retire_closed
-from conveyor_sdk._transport.hpackfast import FastDecoder
+from conveyor_sdk._h2kernel import probe
+from conveyor_sdk._h2kernel.guard import HEADER_COST, GuardedFrameBuffer
+from conveyor_sdk._h2kernel.hpackfast import FastDecoder
+from conveyor_sdk._h2kernel.server_conn import SERVER_CONFIG
+from conveyor_sdk._h2kernel.streams import new_stream
 
-from .h2guard import HEADER_COST, GuardedFrameBuffer
-from .h2stream import RefusingConnection
-from .limits import HttpLimits
-
-__all__ = ["acknowledge", "new_server_h2", "retire_closed", "send_data", "take_frames"]
+__all__ = ["take_frames"]
 
 _DATA, _HEADERS = 0x0, 0x1
 _END_STREAM, _END_HEADERS = 0x1, 0x4
 _READABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL)
-_WRITABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE)
 _MAX_STREAM_ID = 0x7FFFFFFF  # a set reserved bit is h2's business
 _OPEN, _HALF_CLOSED_REMOTE = StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE
 # The rows of h2's stream transition table that _open_request / _take_data apply themselves.
+_transitions: dict[Any, Any] = getattr(h2.stream, "_transitions", {})
 _OWN_TRANSITIONS = (
     _transitions.get((StreamState.IDLE, StreamInputs.RECV_HEADERS))
     == (
@@ -83,41 +80,6 @@ _OWN_TRANSITIONS = (
 )
 
 
-# Header validation/normalisation in h2 costs ~15% of a unary call; we read only a few
-# headers and build our own responses, so it is switched off (framing is still checked).
-# One object for every connection (h2 only reads it): ``_headers`` knows by its identity that
-# received headers need no processing.
-_CONFIG = h2.config.H2Configuration(
-    client_side=False,
-    header_encoding=None,
-    validate_inbound_headers=False,
-    normalize_inbound_headers=False,
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-)
-
-
-def new_server_h2(limits: HttpLimits, stream_window: int) -> tuple[RefusingConnection, GuardedFrameBuffer]:
-    """The h2 state of one server connection: settings from ``limits``, guarded frames, fast HPACK."""
-    conn = RefusingConnection(config=_CONFIG)
-    conn.local_settings = h2.settings.Settings(
-        client=False,
-        initial_values={
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_streams,
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: stream_window,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_bytes,
-            h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 0,
-        },
-    )
-    conn.incoming_buffer = frames = GuardedFrameBuffer(
-        max_header_bytes=limits.max_header_bytes, max_empty_frames=limits.max_empty_frames
-    )
-    conn.stream_limit = limits.max_streams  # what we announce; h2's own value may still be the default
-    conn.decoder = FastDecoder()  # hpack's decoder with a fast path (a fresh table: no state yet)
-    conn.decoder.max_header_list_size = limits.max_header_bytes
-    return conn, frames
-
-
 def take_frames(
     conn: h2.connection.H2Connection, buffer: GuardedFrameBuffer, data: bytes
 ) -> tuple[list[h2.events.Event], int]:
@@ -126,6 +88,19 @@ def take_frames(
     The caller hands ``data[used:]`` to ``conn.receive_data``. Raises h2's ``ProtocolError``
     (after queueing the GOAWAY) where h2 would.
     """
+    if not probe.fast:
+        return [], 0
+    try:
+        return _take_frames(conn, buffer, data)
+    except h2.exceptions.ProtocolError:
+        raise
+    except Exception as exc:
+        raise probe.KernelFault("take_frames") from exc
+
+
+def _take_frames(
+    conn: h2.connection.H2Connection, buffer: GuardedFrameBuffer, data: bytes
+) -> tuple[list[h2.events.Event], int]:
     if (
         buffer._data  # part of an earlier frame is waiting
         or buffer._headers_buffer  # a header block waits for CONTINUATION
@@ -239,7 +214,7 @@ def _headers(
     stream = new_stream(conn, stream_id)
     conn.highest_inbound_stream_id = stream_id
     end = bool(flags & _END_STREAM)
-    if _OWN_TRANSITIONS and conn.config is _CONFIG:
+    if _OWN_TRANSITIONS and conn.config is SERVER_CONFIG:
         events = _open_request(stream, headers, end)
         if events is not None:
             return events
@@ -271,58 +246,3 @@ def _open_request(stream: H2Stream, headers: list[Any], end: bool) -> list[Any] 
         stream._initialize_content_length(headers)  # raises on a bad value, as in receive_headers
     event.headers = list(headers)
     return events
-
-
-def send_data(conn: h2.connection.H2Connection, stream_id: int, data: bytes | bytearray, end: bool) -> None:
-    """``conn.send_data(stream_id, data, end_stream=end)``, with the frame written directly when it is
-    a plain DATA frame (no END_STREAM, no padding) on a stream open for sending that fits both windows
-    and the frame size: h2 would only check, build, serialize and charge the windows (its state
-    machines do not move for such a frame). Anything else, and every error, is h2's.
-    """
-    size = len(data)
-    stream = conn.streams.get(stream_id)
-    if (
-        end
-        or not size
-        or stream is None
-        or conn.state_machine.state is not ConnectionState.SERVER_OPEN
-        or stream.state_machine.state not in _WRITABLE
-        or size > stream.outbound_flow_control_window
-        or size > conn.outbound_flow_control_window
-        or size > conn.max_outbound_frame_size
-    ):
-        conn.send_data(stream_id, bytes(data), end_stream=end)
-        return
-    out = conn._data_to_send
-    out += size.to_bytes(3, "big") + b"\0\0" + stream_id.to_bytes(4, "big")
-    out += data
-    stream.outbound_flow_control_window -= size
-    conn.outbound_flow_control_window -= size
-
-
-def acknowledge(conn: h2.connection.H2Connection, stream_id: int, size: int) -> None:
-    """``conn.acknowledge_received_data(size, stream_id)``, with the bytes only counted when that would
-    reopen neither the connection's window nor the stream's (h2 hands space back only once half a
-    window or so is consumed, so for most reads it only counts). Anything else, and every error, is
-    h2's.
-    """
-    stream = conn.streams.get(stream_id)
-    connection = conn._inbound_flow_control_window_manager
-    if size <= 0 or stream is None or _reopens(connection, size):
-        conn.acknowledge_received_data(size, stream_id)
-        return
-    own = stream._inbound_window_manager if STREAM_OPEN[stream.state_machine.state] else None
-    if own is not None and _reopens(own, size):
-        conn.acknowledge_received_data(size, stream_id)
-        return
-    connection._bytes_processed += size
-    if own is not None:
-        own._bytes_processed += size
-
-
-def _reopens(window: WindowManager, size: int) -> bool:
-    """Whether ``window.process_bytes(size)`` would return an increment (h2's _maybe_update_window)."""
-    processed = window._bytes_processed + size
-    return (
-        window.current_window_size == 0 and processed > min(1024, window.max_window_size // 4)
-    ) or processed >= window.max_window_size // 2

@@ -4,8 +4,10 @@
 turn is pure latency (a request read off an idle socket), two shapes run it at once:
 
 - :func:`eager_task` creates the task first and runs the step inside it (``current_task()`` is
-  the task, the step runs in the task's context copy): what Python 3.12's ``eager_start`` does,
-  on every version we support. The worker starts jobs this way.
+  the task, the step runs in the task's context copy). On Python 3.12+ that is asyncio's public
+  ``eager_task_factory``; on 3.11 the kernel does it with asyncio's private ``_enter_task`` /
+  ``_leave_task`` (the only private asyncio names in the tree), and on the kernel's public path
+  it is plain ``create_task``. The worker starts jobs this way.
 - A caller that runs the step with no task at all (the reference server's inline unary calls)
   makes a task only if the coroutine suspended: ``loop.create_task(Continuation.after(coro,
   yielded))``.
@@ -21,18 +23,23 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 from asyncio import tasks as _tasks
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
+
+from conveyor_sdk._h2kernel import probe
 
 __all__ = ["Continuation", "eager_task"]
 
 T = TypeVar("T")
 
-# asyncio's own switch of the current task (C-accelerated, in every version we support); where a
-# future version drops it, eager_task degrades to plain create_task.
-_enter_task: Any = getattr(_tasks, "_enter_task", None)
-_leave_task: Any = getattr(_tasks, "_leave_task", None)
+# 3.12+: asyncio's public eager start. 3.11: asyncio's own switch of the current task (checked by
+# .checks; where it is missing eager_task degrades to plain create_task).
+_eager_factory: Callable[..., Any] | None = getattr(asyncio, "eager_task_factory", None)
+_enter_task: Any = None if _eager_factory is not None else getattr(_tasks, "_enter_task", None)
+_leave_task: Any = None if _eager_factory is not None else getattr(_tasks, "_leave_task", None)
+PUBLIC_EAGER = _eager_factory is not None and sys.version_info >= (3, 12)
 
 _FRESH, _YIELDED, _RETURNED, _RAISED = 0, 1, 2, 3
 
@@ -117,11 +124,16 @@ def eager_task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], na
     Call it from a loop callback (outside any task step); inside a running task the step is
     left to the loop, as ``create_task`` would.
     """
-    if _enter_task is None or _leave_task is None:
+    if PUBLIC_EAGER:
+        if asyncio.current_task(loop) is not None:
+            return loop.create_task(coro, name=name)
+        task: asyncio.Task[T] = _eager_factory(loop, coro, name=name)  # type: ignore[misc]
+        return task
+    if _enter_task is None or _leave_task is None or not probe.fast:
         return loop.create_task(coro, name=name)
     context = contextvars.copy_context()
     cont = Continuation(coro)
-    task: asyncio.Task[T] = loop.create_task(cont, name=name, context=context)
+    task = loop.create_task(cont, name=name, context=context)
     try:
         _enter_task(loop, task)
     except RuntimeError:  # another task is running

@@ -1,4 +1,10 @@
-"""h2 adaptations for the client session (sans-I/O)."""
+"""The client's fast path: response frames read, and requests written, without h2's generic code.
+
+Each function here reads or writes h2 (4.x) internals, checked at import (:mod:`.checks`); while
+:data:`.probe.fast` is False each takes nothing (the caller's h2 path does all the work). An
+unexpected exception in this code is raised as :class:`.probe.KernelFault`: our bug, reported as
+ours by the connection, which then moves the process to the public path.
+"""
 
 from __future__ import annotations
 
@@ -8,28 +14,21 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.exceptions
+import h2.stream
 from h2.connection import ConnectionState
-from h2.stream import H2Stream, H2StreamStateMachine, StreamInputs, StreamState, _transitions
-from hpack import Encoder
-from hpack.table import HeaderTable
+from h2.stream import H2StreamStateMachine, StreamInputs, StreamState
 
-from conveyor_sdk._transport.hpackfast import FastDecoder
+from conveyor_sdk._h2kernel import probe
+from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG
+from conveyor_sdk._h2kernel.hpackfast import FastDecoder
+from conveyor_sdk._h2kernel.streams import new_stream
 
-__all__ = [
-    "PLAIN_CLIENT_CONFIG",
-    "CachingEncoder",
-    "Connection",
-    "DataFrameTaker",
-    "new_stream",
-    "retire_closed",
-    "send_request",
-    "str_headers",
-    "take_response_frames",
-]
+__all__ = ["DataFrameTaker", "send_request", "take_response_frames"]
 
 _READABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL)
-_CLIENT_OPEN = ConnectionState.CLIENT_OPEN  # a global: an Enum member read through its class costs ~10x
+_CLIENT_OPEN = ConnectionState.CLIENT_OPEN  # a global: an Enum member read through its class is slower
 _OPEN, _HALF_CLOSED_LOCAL = StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL
+_transitions: dict[Any, Any] = getattr(h2.stream, "_transitions", {})
 # The rows of h2's stream transition table that send_request applies itself: a new stream sends
 # its request headers (IDLE -> OPEN, request_sent), then DATA (OPEN -> OPEN, nothing else) and
 # END_STREAM (OPEN -> HALF_CLOSED_LOCAL, nothing else). Checked here against h2's table; should
@@ -40,98 +39,6 @@ _OWN_SEND_TRANSITIONS = (
     and _transitions.get((_OPEN, StreamInputs.SEND_DATA)) == (None, _OPEN)
     and _transitions.get((_OPEN, StreamInputs.SEND_END_STREAM)) == (None, _HALF_CLOSED_LOCAL)
 )
-# The client configuration of H2Conn: send_request knows by its identity that outbound headers are
-# neither validated nor normalised (reading those three options costs three descriptor calls).
-PLAIN_CLIENT_CONFIG = h2.config.H2Configuration(
-    client_side=True,
-    header_encoding="utf-8",
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-)
-
-
-class Connection(h2.connection.H2Connection):
-    """h2's client connection, except that a graceful GOAWAY keeps already-open streams alive.
-
-    h2 (4.x) closes its connection state machine on *any* GOAWAY and drops queued output,
-    which would reject the rest of a stream the server announced it will still finish.
-    RFC 9113 §6.8 lets streams up to last-stream-id complete, so for a NO_ERROR GOAWAY that
-    covers our stream we restore the open state and the queued bytes. We never open another
-    stream on the connection, which is all such a GOAWAY forbids.
-    """
-
-    def _receive_goaway_frame(self, frame: Any) -> Any:
-        keep = frame.error_code == 0 and frame.last_stream_id >= self.highest_outbound_stream_id > 0
-        saved = bytes(self._data_to_send)
-        result = super()._receive_goaway_frame(frame)
-        if keep:
-            self.state_machine.state = ConnectionState.CLIENT_OPEN
-            self._data_to_send += saved
-        return result
-
-
-class _CountingTable(HeaderTable):
-    """hpack's dynamic table, counting its changes (an insertion or a size change)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.version = 0
-
-    def add(self, name: bytes, value: bytes) -> Any:
-        self.version += 1
-        return super().add(name, value)
-
-    @HeaderTable.maxsize.setter  # type: ignore[attr-defined,untyped-decorator]
-    def maxsize(self, value: int) -> None:
-        self.version += 1
-        HeaderTable.maxsize.fset(self, value)  # type: ignore[attr-defined]
-
-
-class CachingEncoder(Encoder):
-    """hpack's encoder that reuses the block of a header list it encoded before.
-
-    A unary client sends the same request headers call after call; once they are in the
-    dynamic table, each encodes to the same indexed block, yet hpack searches the tables
-    field by field every time (most of h2's cost of sending HEADERS). A block is reused only
-    when encoding it changed nothing in the dynamic table and the table has not changed
-    since, i.e. exactly when a fresh encode would produce the same bytes. The key includes
-    each field's type, so a never-indexed field never matches a plain one.
-    """
-
-    _LIMIT = 64
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.header_table = _CountingTable()
-        self._blocks: dict[tuple[Any, ...], tuple[int, bytes]] = {}
-        self.reused = 0
-
-    def encode(self, headers: Any, huffman: bool = True) -> bytes:
-        fields = tuple(headers)
-        key = (fields, tuple(map(type, fields)))
-        table = self.header_table
-        version = table.version  # type: ignore[attr-defined]
-        resized = table.resized  # the block then starts with a size update: never reused
-        hit = self._blocks.get(key)
-        if hit is not None and hit[0] == version and not resized:
-            self.reused += 1
-            return hit[1]
-        block = super().encode(fields, huffman)
-        if table.version == version and not resized:  # type: ignore[attr-defined]
-            if len(self._blocks) >= self._LIMIT:
-                self._blocks.clear()
-            self._blocks[key] = (version, block)
-        return block
-
-
-def str_headers(raw: object) -> dict[str, str]:
-    """Header list as a str dict (h2 yields str with ``header_encoding`` set; bytes are decoded)."""
-    out: dict[str, str] = {}
-    for name, value in raw or ():  # type: ignore[attr-defined]  # h2 types headers loosely
-        key = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
-        out[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-    return out
-
 
 _DATA = 0x0
 _HEADERS = 0x1
@@ -169,6 +76,8 @@ class DataFrameTaker:
         self._refs: tuple[Any, Any, Any, Any] | bool | None = None  # False: never take
 
     def _resolve(self) -> tuple[Any, Any, Any, Any] | bool:
+        if not probe.fast:
+            return False
         conn = self._conn
         stream = conn.streams.get(self._stream_id)
         refs = (
@@ -187,44 +96,47 @@ class DataFrameTaker:
         return refs if usable else False
 
     def take(self, data: bytes) -> tuple[list[bytes], int]:
-        refs = self._refs
-        if refs is None:
-            refs = self._refs = self._resolve()
-        if refs is False:
-            return [], 0
-        buffer, conn_window, stream, stream_window = refs  # type: ignore[misc]
-        conn = self._conn
-        if (
-            buffer._data
-            or buffer._headers_buffer
-            or conn.state_machine.state is not _CLIENT_OPEN
-            or stream.state_machine.state not in _READABLE
-        ):
-            return [], 0
-        stream_id = self._stream_id
-        limit = conn.max_inbound_frame_size
-        payloads: list[bytes] = []
-        offset, size = 0, len(data)
-        while size - offset >= _HEADER:
-            high, low, kind, flags, sid = _FRAME_HEAD.unpack_from(data, offset)
-            length = high << 16 | low
-            end = offset + _HEADER + length
+        try:
+            refs = self._refs
+            if refs is None:
+                refs = self._refs = self._resolve()
+            if refs is False:
+                return [], 0
+            buffer, conn_window, stream, stream_window = refs  # type: ignore[misc]
+            conn = self._conn
             if (
-                kind != _DATA
-                or flags != 0
-                or sid & 0x7FFFFFFF != stream_id
-                or end > size
-                or length > limit
-                or length > conn_window.current_window_size
-                or length > stream_window.current_window_size
+                buffer._data
+                or buffer._headers_buffer
+                or conn.state_machine.state is not _CLIENT_OPEN
+                or stream.state_machine.state not in _READABLE
             ):
-                break
-            # h2's window_consumed, minus its below-zero check (the length fits both windows)
-            conn_window.current_window_size -= length
-            stream_window.current_window_size -= length
-            payloads.append(data[offset + _HEADER : end])
-            offset = end
-        return payloads, offset
+                return [], 0
+            stream_id = self._stream_id
+            limit = conn.max_inbound_frame_size
+            payloads: list[bytes] = []
+            offset, size = 0, len(data)
+            while size - offset >= _HEADER:
+                high, low, kind, flags, sid = _FRAME_HEAD.unpack_from(data, offset)
+                length = high << 16 | low
+                end = offset + _HEADER + length
+                if (
+                    kind != _DATA
+                    or flags != 0
+                    or sid & 0x7FFFFFFF != stream_id
+                    or end > size
+                    or length > limit
+                    or length > conn_window.current_window_size
+                    or length > stream_window.current_window_size
+                ):
+                    break
+                # h2's window_consumed, minus its below-zero check (the length fits both windows)
+                conn_window.current_window_size -= length
+                stream_window.current_window_size -= length
+                payloads.append(data[offset + _HEADER : end])
+                offset = end
+            return payloads, offset
+        except Exception as exc:
+            raise probe.KernelFault("DataFrameTaker.take") from exc
 
 
 def take_response_frames(conn: h2.connection.H2Connection, data: bytes) -> tuple[list[Any], int]:
@@ -247,6 +159,17 @@ def take_response_frames(conn: h2.connection.H2Connection, data: bytes) -> tuple
     would. The caller hands ``data[used:]`` to ``conn.receive_data``. It reads h2 (4.x)
     internals; should they change, it takes nothing.
     """
+    if not probe.fast:
+        return [], 0
+    try:
+        return _take_response_frames(conn, data)
+    except h2.exceptions.ProtocolError:
+        raise
+    except Exception as exc:
+        raise probe.KernelFault("take_response_frames") from exc
+
+
+def _take_response_frames(conn: h2.connection.H2Connection, data: bytes) -> tuple[list[Any], int]:
     buffer = conn.incoming_buffer
     decoder = conn.decoder
     conn_window = getattr(conn, "_inbound_flow_control_window_manager", None)
@@ -319,6 +242,17 @@ def send_request(
     outbound header validation or normalisation is on, or there are no headers. It reads h2 (4.x)
     internals; should they change, it takes nothing.
     """
+    if not probe.fast:
+        return None
+    try:
+        return _send_request(conn, headers, body)
+    except Exception as exc:
+        raise probe.KernelFault("send_request") from exc
+
+
+def _send_request(
+    conn: h2.connection.H2Connection, headers: list[tuple[str, str]], body: bytes
+) -> tuple[int, int] | None:
     config = conn.config
     if (
         conn.state_machine.state is not _CLIENT_OPEN
@@ -374,31 +308,10 @@ def _at_stream_limit(conn: h2.connection.H2Connection) -> bool:
 
     Fewer streams held than the limit means fewer open, so h2's count (a walk over every stream
     that also retires the closed ones, tens of us on a cold process) runs only near the limit;
-    the connection retires closed streams itself, off the send path (:func:`retire_closed`).
+    the connection retires closed streams itself, off the send path (:func:`.streams.retire_closed`).
     """
     limit = conn.remote_settings.max_concurrent_streams
     return len(conn.streams) + 1 > limit and conn.open_outbound_streams + 1 > limit
-
-
-def retire_closed(conn: h2.connection.H2Connection) -> None:
-    """Move h2's closed streams out of ``conn.streams``, as h2 does whenever it counts open ones."""
-    conn._open_streams(0)  # the walk behind open_(in|out)bound_streams, for its retiring
-
-
-def new_stream(conn: h2.connection.H2Connection, stream_id: int) -> H2Stream:
-    """The stream h2's ``_begin_new_stream`` would create and register for ``stream_id``, without
-    its checks and debug logging: the caller checked the id (odd, above every id of its side so
-    far) and records it as its side's highest. Shared by the client's ``send_request`` and the
-    reference server's request fast path."""
-    stream = H2Stream(
-        stream_id,
-        config=conn.config,
-        inbound_window_size=conn.local_settings.initial_window_size,
-        outbound_window_size=conn.remote_settings.initial_window_size,
-    )
-    stream.max_outbound_frame_size = conn.max_outbound_frame_size
-    conn.streams[stream_id] = stream
-    return stream
 
 
 def _plain_client(config: h2.config.H2Configuration) -> bool:

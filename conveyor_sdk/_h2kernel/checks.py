@@ -1,0 +1,197 @@
+"""The import-time probe: every internal the fast path uses is there and behaves as it expects.
+
+Two kinds of check, both run once per process when the kernel is first imported (a few ms):
+
+* **Presence**: each private attribute, hook and transition-table row the fast path reads or
+  writes exists, with the type it expects.
+* **Behaviour**: one request and its answer go through the fast path (client send, server read,
+  server DATA send, client read, the GOAWAY rule, a session's DATA taker) and through h2's public
+  API on a twin pair of connections; the bytes on the wire and the events must be the same.
+
+Any failure (a mismatch or an exception) moves the process to the public path, logged once
+(:func:`.probe.use_public`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+from h2.connection import ConnectionState
+from h2.frame_buffer import FrameBuffer
+from h2.stream import H2Stream
+
+from conveyor_sdk._h2kernel import client_fast, eager, probe, server, server_conn
+from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG, CachingEncoder, Connection
+from conveyor_sdk._h2kernel.hpackfast import FastDecoder
+from conveyor_sdk._h2kernel.streams import retire_closed
+
+__all__ = ["run"]
+
+_HEADERS = [
+    (":method", "POST"),
+    (":scheme", "http"),
+    (":path", "/p.S/M"),
+    (":authority", "x"),
+    ("te", "trailers"),
+]
+_BODY = b"\0\0\0\0\x03abc"
+
+
+class ProbeFailed(Exception):
+    pass
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise ProbeFailed(what)
+
+
+def _has(obj: object, names: str, kind: type | None = None) -> None:
+    for name in names.split():
+        _need(hasattr(obj, name), f"{type(obj).__name__}.{name} is missing")
+        if kind is not None:
+            _need(
+                isinstance(getattr(obj, name), kind), f"{type(obj).__name__}.{name} is not a {kind.__name__}"
+            )
+
+
+def _presence() -> None:
+    conn = h2.connection.H2Connection()
+    _has(conn, "_data_to_send", bytearray)
+    _has(conn, "_open_streams _prepare_for_sending _terminate_connection _receive_goaway_frame")
+    _has(conn, "_receive_headers_frame")
+    window = getattr(conn, "_inbound_flow_control_window_manager", None)
+    _need(window is not None, "H2Connection._inbound_flow_control_window_manager is missing")
+    _has(window, "current_window_size _bytes_processed max_window_size", int)
+    _has(window, "window_consumed")
+    buffer = FrameBuffer(server=True)
+    _has(buffer, "_data", bytearray)
+    _has(buffer, "_headers_buffer", list)
+    _has(buffer, "_preamble_len", int)
+    _has(buffer, "_update_header_buffer")
+    stream = H2Stream(1, config=conn.config, inbound_window_size=65535, outbound_window_size=65535)
+    _has(stream, "_inbound_window_manager _expected_content_length _actual_content_length _authority")
+    _has(stream, "_initialize_content_length receive_data receive_headers")
+    _need(client_fast._OWN_SEND_TRANSITIONS, "h2.stream._transitions: the request-sending rows changed")
+    _need(server._OWN_TRANSITIONS, "h2.stream._transitions: the request-receiving rows changed")
+    if not eager.PUBLIC_EAGER and sys.version_info < (3, 12):
+        _need(
+            callable(eager._enter_task) and callable(eager._leave_task),
+            "asyncio.tasks._enter_task is missing",
+        )
+
+
+def _pair(
+    make_client: Callable[[], h2.connection.H2Connection], fast_server: bool
+) -> tuple[h2.connection.H2Connection, h2.connection.H2Connection, Any]:
+    client = make_client()
+    srv: h2.connection.H2Connection
+    if fast_server:
+        srv, frames = server_conn.new_server_h2(
+            max_streams=100, stream_window=1 << 20, max_header_bytes=16384, max_empty_frames=100
+        )
+    else:
+        srv, frames = h2.connection.H2Connection(config=server_conn.SERVER_CONFIG), None
+    client.initiate_connection()
+    srv.initiate_connection()
+    srv.receive_data(client.data_to_send())
+    client.receive_data(srv.data_to_send())
+    srv.receive_data(client.data_to_send())
+    client.data_to_send()
+    return client, srv, frames
+
+
+def _shape(events: list[Any]) -> list[tuple[Any, ...]]:
+    out = []
+    for e in events:
+        fields = ("stream_id", "headers", "data", "flow_controlled_length", "error_code", "last_stream_id")
+        out.append((type(e).__name__, *(_plain(getattr(e, f, None)) for f in fields)))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, list):
+        return [tuple(map(bytes_or_str, item)) for item in value]
+    return value
+
+
+def bytes_or_str(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _fast_client() -> h2.connection.H2Connection:
+    conn = Connection(config=PLAIN_CLIENT_CONFIG)
+    conn.encoder = CachingEncoder()
+    return conn
+
+
+def _round_trip() -> None:
+    fc, fs, frames = _pair(_fast_client, True)
+    pc, ps, _ = _pair(lambda: h2.connection.H2Connection(config=PLAIN_CLIENT_CONFIG), False)
+    for client, srv in ((fc, fs), (pc, ps)):  # h2 opens the connection (IDLE until a first stream)
+        client.send_headers(1, _HEADERS, end_stream=True)
+        srv.receive_data(client.data_to_send())
+    opened = client_fast.send_request(fc, _HEADERS, _BODY)
+    _need(opened == (3, len(_BODY)), f"send_request opened {opened!r}")
+    request = fc.data_to_send()
+    pc.send_headers(3, _HEADERS)
+    pc.send_data(3, _BODY, end_stream=True)
+    _need(request == pc.data_to_send(), "send_request wrote other bytes than h2")
+    fast_events, used = server.take_frames(fs, frames, request)
+    _need(used == len(request), "take_frames left a plain request to h2")
+    _need(_shape(fast_events) == _shape(ps.receive_data(request)), "take_frames gave other events than h2")
+    _need(server_conn.acknowledge(fs, 3, len(_BODY)) is False, "acknowledge sent a WINDOW_UPDATE early")
+    ps.acknowledge_received_data(len(_BODY), 3)
+    _need(fs.data_to_send() == ps.data_to_send(), "acknowledge queued other bytes than h2")
+    for srv in (fs, ps):
+        srv.send_headers(3, [(":status", "200")])  # static-table fields: readable without hpack
+    server_conn.send_data(fs, 3, _BODY, False)
+    ps.send_data(3, _BODY)
+    for srv in (fs, ps):
+        srv.end_stream(3)
+    answer = fs.data_to_send()
+    _need(answer == ps.data_to_send(), "send_data wrote other bytes than h2")
+    fc.decoder = FastDecoder()
+    fast_events, used = client_fast.take_response_frames(fc, answer)
+    _need(used == len(answer), "take_response_frames left a plain answer to h2")
+    _need(_shape(fast_events) == _shape(pc.receive_data(answer)), "take_response_frames gave other events")
+    retire_closed(fc)
+    _need(3 not in fc.streams, "retire_closed kept a closed stream")
+
+
+def _session_and_goaway() -> None:
+    fc, fs, _ = _pair(lambda: Connection(config=h2.config.H2Configuration(client_side=True)), True)
+    fc.send_headers(1, _HEADERS)
+    fs.receive_data(fc.data_to_send())
+    fs.send_headers(1, [(":status", "200")])
+    fc.receive_data(fs.data_to_send())
+    taker = client_fast.DataFrameTaker(fc, 1)
+    window = fc._inbound_flow_control_window_manager.current_window_size
+    server_conn.send_data(fs, 1, _BODY, False)
+    payloads, used = taker.take(fs.data_to_send())
+    _need(payloads == [_BODY] and used == 9 + len(_BODY), "DataFrameTaker did not take a plain DATA frame")
+    charged = window - fc._inbound_flow_control_window_manager.current_window_size
+    _need(charged == len(_BODY), "DataFrameTaker charged the window wrongly")
+    fs.close_connection(0, last_stream_id=1)
+    events = fc.receive_data(fs.data_to_send())
+    _need(any(isinstance(e, h2.events.ConnectionTerminated) for e in events), "GOAWAY gave no event")
+    _need(fc.state_machine.state is ConnectionState.CLIENT_OPEN, "a graceful GOAWAY closed our stream")
+
+
+def run() -> None:
+    """Run every check; on the first failure leave the fast path (logged once)."""
+    if not probe.fast:
+        return
+    try:
+        _presence()
+        _round_trip()
+        _session_and_goaway()
+    except ProbeFailed as exc:
+        probe.use_public(f"the import-time check failed ({exc})")
+    except Exception as exc:
+        probe.use_public(f"the import-time check raised {exc!r}")
