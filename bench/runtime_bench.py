@@ -14,7 +14,13 @@ Each scenario enqueues N tasks (EnqueueBatch) first, then starts a real
 moment the server counts all N completed. Supervisor CPU is the worker
 process's own utime+stime from /proc (children are separate processes).
 
-    .venv/bin/python bench/runtime_bench.py [--quick]
+    .venv/bin/python bench/runtime_bench.py [--quick] [--baseline REV [--repeats 3]]
+
+``--baseline REV`` instead compares this tree's worker with the worker of git revision REV
+(``conveyor_sdk`` and ``cli`` extracted with ``git archive``; the server is this tree's), on
+the no-op scenarios only (the supervisor's per-job cost), alternating the two trees
+``--repeats`` times, and prints each side's medians and the ratio: on a shared machine only
+a ratio measured in one run means something.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,25 +184,47 @@ def _enqueue(client: SyncClient, type_: str, queue: str, n: int) -> None:
         client.enqueue_batch(batch)
 
 
-def scenario(server: ServerProcess, folder: Path, name: str, type_: str, n: int, *args: str) -> Result:
+def baseline_tree(rev: str) -> str:
+    """``conveyor_sdk`` and ``conveyor_cli`` at ``rev`` in a new temporary directory (for PYTHONPATH)."""
+    tmp = tempfile.mkdtemp(prefix="runtime-bench-")
+    archive = subprocess.run(
+        ["git", "archive", rev, "conveyor_sdk", "cli"], cwd=ROOT, check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+    os.rename(f"{tmp}/cli", f"{tmp}/conveyor_cli")
+    where = subprocess.run(
+        [sys.executable, "-c", "import conveyor_sdk, conveyor_cli; print(conveyor_sdk.__file__)"],
+        env={**ENV, "PYTHONPATH": tmp}, cwd=tmp, check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert where.startswith(tmp), f"the baseline would import {where.strip()}, not {tmp}"
+    return tmp
+
+
+def scenario(
+    server: ServerProcess, folder: Path, name: str, type_: str, n: int, *args: str, env: dict[str, str] = ENV
+) -> Result:
     queue = f"q{next(_RUNS)}"  # a fresh queue per run: its COMPLETED count starts at 0
     with SyncClient(server.url) as client:
         _enqueue(client, type_, queue, n)
         cmd = [sys.executable, "-m", "conveyor_cli", "worker", "bench_app:app", "--server", server.url,
                "-q", f"{queue}=1", "--log-format", "json", *args]  # fmt: skip
         proc = subprocess.Popen(
-            cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV
+            cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
         assert proc.stdout is not None
         for line in proc.stdout:
             if "established" in line:
                 break
+        # Keep reading: one log line per task would otherwise fill the pipe and stall the worker.
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
         t0 = time.perf_counter()
         cpu0 = _cpu_seconds(proc.pid)
         kids = [pid for pid in _children(proc.pid) if _is_child(pid)]
         sched0 = {pid: _sched(pid) for pid in kids}
         rss: dict[int, float] = {}
         while _completed(client, queue) < n:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name}: the worker exited ({proc.returncode})")
             for pid in kids:
                 rss[pid] = max(rss.get(pid, 0.0), _hwm_mib(pid))
             time.sleep(0.05)
@@ -203,19 +232,56 @@ def scenario(server: ServerProcess, folder: Path, name: str, type_: str, n: int,
         sup_cpu = _cpu_seconds(proc.pid) - cpu0
         deltas = [tuple(b - a for a, b in zip(sched0[pid], _sched(pid), strict=True)) for pid in kids]
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     cores = sum(d[0] for d in deltas) / seconds
     fed = sorted((d[0] + d[1]) / seconds for d in deltas)
     return Result(name, n, seconds, sup_cpu, sorted(rss.values()), cores, fed)
+
+
+def compare(rev: str, repeats: int, n: int) -> None:
+    """The no-op scenarios, this tree's worker vs REV's, alternated; medians and ratios."""
+    base_env = {**ENV, "PYTHONPATH": baseline_tree(rev)}
+    here_env = {**ENV, "PYTHONPATH": str(ROOT)}
+    modes = {"--processes 2": ("--processes", "2"), "--processes 0": ("--processes", "0")}
+    runs: dict[tuple[str, str], list[Result]] = {}
+    with tempfile.TemporaryDirectory() as tmp, ServerProcess(["--lease-ttl", "60s"]) as server:
+        folder = Path(tmp)
+        (folder / "bench_app.py").write_text(APP)
+        for i in range(repeats):
+            sides = [("this tree", here_env), (rev, base_env)]
+            for side, env in sides if i % 2 == 0 else sides[::-1]:  # alternate which side goes first
+                for mode, args in modes.items():
+                    r = scenario(server, folder, mode, "noop", n, *args, "--concurrency", "64", env=env)
+                    runs.setdefault((mode, side), []).append(r)
+                    print(f"  {side:<12}{mode:<16}{r.rate:>8.0f} tasks/s {r.cpu_per_task_us:>6.0f} us/task")
+    print(f"\nno-op, {n} tasks, {repeats} runs each; medians (ratio = this tree / {rev})")
+    print(f"{'scenario':<16}{'side':<14}{'tasks/s':>9}{'sup CPU/task':>15}")
+    for mode in modes:
+        med = {}
+        for side in ("this tree", rev):
+            rs = runs[(mode, side)]
+            med[side] = (
+                statistics.median(r.rate for r in rs),
+                statistics.median(r.cpu_per_task_us for r in rs),
+            )
+            print(f"{mode:<16}{side:<14}{med[side][0]:>9.0f}{med[side][1]:>12.1f} us")
+        (rate, cpu), (base_rate, base_cpu) = med["this tree"], med[rev]
+        print(f"{mode:<16}{'ratio':<14}{rate / base_rate:>9.2f}{cpu / base_cpu:>15.2f}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer tasks")
     parser.add_argument("--pairs", type=int, default=3, help="alternating CPU-bound 1-/2-process runs")
+    parser.add_argument("--baseline", metavar="REV", help="compare the no-op scenarios with REV's worker")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per side with --baseline")
     opts = parser.parse_args()
     cpu_n, noop_n = (200, 2000) if opts.quick else (600, 8000)
     ENV["BENCH_ROUNDS"] = str(calibrate())
+    if opts.baseline:
+        compare(opts.baseline, max(1, opts.repeats), noop_n)
+        return
     print(f"CPU task: {ENV['BENCH_ROUNDS']} rounds (~5 ms on one idle core); load {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp, ServerProcess(["--lease-ttl", "60s"]) as server:
         folder = Path(tmp)

@@ -70,10 +70,12 @@ WAIT_BUCKETS = (
 OTHER_TYPE = "other"  # the type label of a task whose type no child registered
 
 
+_KIND_LABELS = {kind: kind.name.lower() for kind in OutcomeKind}  # a dict hit, not an enum lookup per task
+_FAILED = frozenset((OutcomeKind.RETRY, OutcomeKind.SKIP_RETRY))
+
+
 def _outcome_label(outcome: Outcome) -> str:
-    if outcome.cancelled:
-        return "canceled"
-    return OutcomeKind(outcome.kind).name.lower()
+    return "canceled" if outcome.cancelled else _KIND_LABELS[outcome.kind]
 
 
 def _labels(**labels: str) -> str:
@@ -143,49 +145,59 @@ class Metrics:
         self.custom.update(child.name, families, samples, report.dropped)
 
     def job_started(self, job: Job, child: ChildProc | None = None) -> None:
-        self.in_flight[job.queue] += 1
+        queue = job.queue
+        self.in_flight[queue] += 1
         if child is not None:
             types = child.types
-            if id(types) not in self._type_sets and types:
+            if types and id(types) not in self._type_sets:
                 self._type_sets.add(id(types))
                 self.types = (self.types or set()) | types
-        now = None
+        wait: Histogram | None = None
+        now = 0.0
         for task in job.tasks:
-            if task.retried or task.enqueued_at is None:
+            enqueued = task.enqueued_at
+            if task.retried or enqueued is None:
                 continue  # a retry's due time is not on the wire (process_at is as enqueued)
-            due = task.enqueued_at if task.process_at is None else max(task.enqueued_at, task.process_at)
-            now = now or self.wall()
-            wait = self.waits.get(job.queue)
             if wait is None:
-                wait = self.waits[job.queue] = Histogram(WAIT_BUCKETS)
-            wait.observe(max(0.0, now - due))  # clamped: the server's clock may be ahead of ours
+                wait = self.waits.get(queue) or self.waits.setdefault(queue, Histogram(WAIT_BUCKETS))
+                now = self.wall()
+            process_at = task.process_at
+            due = enqueued if process_at is None or process_at < enqueued else process_at
+            wait.observe(now - due if now > due else 0.0)  # clamped: the server's clock may be ahead
 
     def job_finished(self, job: Job, outcomes: Sequence[Outcome], duration: float) -> None:
-        self.in_flight[job.queue] = max(0, self.in_flight[job.queue] - 1)
+        queue = job.queue
+        running = self.in_flight[queue]
+        self.in_flight[queue] = running - 1 if running > 0 else 0
         if not outcomes:
             return  # the executor raised (a contract breach it logs): nothing finished to count
-        type_ = self.type_label(job.type)
-        labels = [_outcome_label(o) for o in outcomes]
-        job_outcome = labels[0] if labels and all(x == labels[0] for x in labels) else "mixed"
-        key = (type_, job.queue, job_outcome)
+        types = self.types
+        type_ = job.type if types is None or job.type in types else OTHER_TYPE
+        if len(outcomes) == 1:  # a single task: no list, no comparison
+            labels: Sequence[str] = (job_outcome := _outcome_label(outcomes[0]),)
+        else:
+            labels = [_outcome_label(o) for o in outcomes]
+            job_outcome = labels[0] if all(x == labels[0] for x in labels) else "mixed"
+        key = (type_, queue, job_outcome)
         hist = self.durations.get(key)
         if hist is None:
             hist = self.durations[key] = Histogram(BUCKETS)
         hist.observe(duration)
         now = self.clock()
-        for outcome, label, task in zip(outcomes, labels, job.tasks or [None] * len(outcomes), strict=False):
-            self.tasks[(type_, job.queue, label)] += 1
-            kind = outcome.kind
+        tasks, counts = job.tasks, self.tasks
+        for i, outcome in enumerate(outcomes):
+            counts[(type_, queue, labels[i])] += 1
+            self.finished_at.append(now)
             # A timed-out or cancelled attempt is a failure too (its kind is RETRY; a drained one
             # is RELEASED): the live view's ``failures`` counts every attempt that did not finish.
-            if kind is OutcomeKind.RETRY or kind is OutcomeKind.SKIP_RETRY:
+            if outcome.kind in _FAILED:
                 self.failures += 1
                 # The server archives once retried >= max_retry (protocol section 4), or on SkipRetry.
-                final = kind is OutcomeKind.SKIP_RETRY or (
+                task = tasks[i] if i < len(tasks) else None
+                final = outcome.kind is OutcomeKind.SKIP_RETRY or (
                     task is not None and task.retried >= task.max_retry
                 )
                 (self.archived if final else self.retries)[type_] += 1
-            self.finished_at.append(now)
 
     # -- views ---------------------------------------------------------------------
     def rate(self, window: float = 5.0) -> float:
