@@ -6,6 +6,12 @@ round of addresses failed: one dead node costs no waiting while another node is 
 delay counts from the start of the round that failed: a round whose set-ups took their time
 (conveyord answers ``internal: session setup failed`` after up to a few seconds while its
 cluster notices a dead node) has already waited that long, and only the rest is slept.
+
+A round in which a node was reached but failed the session's set-up (no Welcome: conveyord's
+``internal: session setup failed`` or our Welcome timeout, while the cluster re-homes a killed
+node's sessions) is *free*: the next round starts at once and the backoff does not grow, for at
+most ``SETUP_FREE_ROUNDS`` rounds since the last Welcome. Such a round already took the server's
+set-up time, so it is no hot loop; past the bound the §5.9 backoff applies as before.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ from collections.abc import Callable, Sequence
 
 from conveyor_sdk.errors import Code, ConveyorError, InvalidArgument
 
-__all__ = ["Backoff", "SettingError", "is_fatal", "parse_addresses"]
+__all__ = ["SETUP_FREE_ROUNDS", "Backoff", "SettingError", "is_fatal", "parse_addresses"]
+
+SETUP_FREE_ROUNDS = 4  # conveyord fails set-ups for ~13 s after a kill; its rounds take 2-7 s
 
 _FATAL = frozenset({Code.UNAUTHENTICATED, Code.PERMISSION_DENIED, Code.INVALID_ARGUMENT})
 
@@ -110,6 +118,8 @@ class Backoff:
         self.rounds = 0  # full rounds of addresses failed since the last Welcome
         self._tried = 0  # addresses tried in the current round
         self._round_began: float | None = None  # when the current round's first attempt began
+        self._setup_failed = False  # a node of the current round was reached but did not welcome
+        self.free_rounds = 0  # rounds let through without a delay since the last Welcome
 
     @property
     def address(self) -> str:
@@ -125,18 +135,26 @@ class Backoff:
         if self._tried == 0:
             self._round_began = now
 
-    def next_delay(self, now: float | None = None) -> float:
+    def next_delay(self, now: float | None = None, *, setup_failed: bool = False) -> float:
         """Delay before the next attempt (0 within a round); moves to the next address.
 
         After a full round: the jittered delay, less the time since the round began (when
-        ``now`` and :meth:`began` tell it), never below 0.
+        ``now`` and :meth:`began` tell it), never below 0; 0 for a round with a set-up failure
+        (``setup_failed``: the node was reached, no Welcome came), up to ``SETUP_FREE_ROUNDS``.
         """
         self.failures += 1
         self.index = (self.index + 1) % len(self.addresses)
         self._tried += 1
+        self._setup_failed = self._setup_failed or setup_failed
         if self._tried < len(self.addresses):
             return 0.0
         self._tried = 0
+        free = self._setup_failed and len(self.addresses) > 1 and self.free_rounds < SETUP_FREE_ROUNDS
+        self._setup_failed = False
+        if free:
+            self.free_rounds += 1
+            self._round_began = None
+            return 0.0
         delay = self._rng() * self.ceiling(self.rounds)
         self.rounds += 1
         if now is not None and self._round_began is not None:
@@ -151,8 +169,9 @@ class Backoff:
         self.index = index % len(self.addresses)
 
     def reset(self) -> None:
-        self.failures = self.rounds = self._tried = 0
+        self.failures = self.rounds = self._tried = self.free_rounds = 0
         self._round_began = None
+        self._setup_failed = False
 
     def __repr__(self) -> str:
         return (

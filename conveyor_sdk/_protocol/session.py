@@ -267,6 +267,7 @@ class WorkerSession:
         """The stream ended (``error`` None = clean end). Drops its jobs; decides what next."""
         actions: list[Action] = []
         closing = self.phase is Phase.CLOSING
+        setup_failed = self.phase is Phase.AWAITING_WELCOME  # reached a node that did not welcome
         for rec in self._live_records():
             actions.extend(self._orphan(rec))
         self._lot.clear()
@@ -284,7 +285,7 @@ class WorkerSession:
             actions.append(Stop(error))
         else:
             self.phase = Phase.IDLE
-            actions.append(Reconnect(self.backoff.next_delay(now)))
+            actions.append(Reconnect(self.backoff.next_delay(now, setup_failed=setup_failed)))
         return actions
 
     def _orphan(self, rec: JobRecord) -> list[Action]:

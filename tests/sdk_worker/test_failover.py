@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from conveyor_sdk._protocol.backoff import Backoff, SettingError, parse_addresses
+from conveyor_sdk._protocol.backoff import SETUP_FREE_ROUNDS, Backoff, SettingError, parse_addresses
 from conveyor_sdk.client import Client
+from conveyor_sdk.errors import Code
 from conveyor_sdk.testing import ScriptedPeer
 from conveyor_sdk.types import TaskState
 from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
@@ -51,6 +52,54 @@ def test_backoff_counts_from_the_start_of_the_round() -> None:
     b.began(1.25)
     assert round(b.next_delay(1.3), 2) == 0.9  # drew 1 s, the round took 0.1 s
     assert round(b.next_delay(), 2) == 0.0 and round(b.next_delay(), 2) == 2.0  # no clock given: the draw
+
+
+def test_rounds_with_a_setup_failure_are_free_for_a_bounded_number() -> None:
+    """A round where a node was reached but did not welcome costs no wait, SETUP_FREE_ROUNDS times."""
+    b = Backoff(rng=lambda: 0.999999, addresses=("dead", "rehoming"))
+    for _ in range(SETUP_FREE_ROUNDS):
+        assert [b.next_delay(), b.next_delay(setup_failed=True)] == [0.0, 0.0]  # refused, set-up failed
+    assert b.next_delay() == 0.0 and round(b.next_delay(setup_failed=True), 2) == 0.5  # bound: §5.9 again
+    assert round(b.next_delay() + b.next_delay(), 2) == 1.0  # refusals only: never free
+    b.reset()  # a Welcome gives the free rounds back
+    assert [b.next_delay(setup_failed=True), b.next_delay()] == [0.0, 0.0]
+    single = Backoff(rng=lambda: 0.999999)
+    assert round(single.next_delay(setup_failed=True), 2) == 0.5  # one address: plain §5.9
+
+
+def test_nodes_that_fail_setup_are_retried_without_a_backoff() -> None:
+    """Two nodes answering ``internal: session setup failed`` (conveyord re-homing a killed node's
+    sessions), reconnect base 10 s: the worker tries them again at once, round after round."""
+
+    async def refuse(peer: ScriptedPeer, seen: list[float]) -> None:
+        while True:
+            session = await peer.accept(timeout=30)
+            await session.recv()  # the Hello
+            seen.append(time.monotonic())
+            await session.end(Code.INTERNAL, "session setup failed")
+
+    async def main() -> None:
+        seen: list[float] = []
+        async with ScriptedPeer() as a, ScriptedPeer() as b:
+            loops = [asyncio.create_task(refuse(p, seen)) for p in (a, b)]
+            worker = Worker([a.url, b.url], reconnect_base=10.0, reconnect_max=10.0)
+            run = asyncio.create_task(worker.run(Registry()))
+            t0 = time.monotonic()
+            await eventually(lambda: _at_least(seen, 2 * SETUP_FREE_ROUNDS), timeout=5, what="set-ups")
+            took = time.monotonic() - t0
+            worker.stop(immediate=True)
+            await asyncio.wait_for(run, 10)
+            for loop in loops:
+                loop.cancel()
+        assert took < 3.0, (
+            f"{2 * SETUP_FREE_ROUNDS} set-ups took {took:.2f}s"
+        )  # a 0-10 s draw per round without
+
+    asyncio.run(main())
+
+
+async def _at_least(seen: list[float], n: int) -> bool:
+    return len(seen) >= n
 
 
 def test_setup_timeout_defaults_by_address_count() -> None:
