@@ -12,6 +12,7 @@ import pytest
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk._h2kernel import eager, probe
 from conveyor_sdk._protocol.framing import encode_frame
 from conveyor_sdk._worker.executor import CancelReason, Executor, Job, JobControl, Outcome, OutcomeKind
 from conveyor_sdk._worker.outcomes import cancelled_outcome
@@ -85,6 +86,8 @@ def test_idle_worker_takes_dispatches_in_the_read_turn() -> None:
     _run(script, reg)
 
 
+@pytest.mark.h2_fast
+@pytest.mark.skipif(not (probe.fast or eager.PUBLIC_EAGER), reason="needs an eager task start")
 def test_an_idle_workers_handler_starts_inside_the_socket_read_in_its_own_task() -> None:
     """The handler's first line runs within the read's callback (no loop turn in between), yet in
     the job's task: current_task(), asyncio.timeout() and context variables work as in any task."""
