@@ -216,6 +216,7 @@ class Engine:
     def heard(self, session: SessionState) -> None:
         """The worker sent a frame (any kind): it is alive, and its silence clock restarts."""
         session.last_heard = self.now()
+        session.spoke = True
 
     def close_silent(self) -> int:
         """Close every session that holds deliveries and sent nothing for ``silence_bound``.
@@ -241,7 +242,8 @@ class Engine:
                 f"session closed by the server: nothing received for {quiet:.1f}s while holding tasks "
                 f"(heartbeat interval {to_seconds(self.heartbeat_interval):g}s)"
             )
-            self._close(session, self.transitions.silenced)
+            spoke = session.spoke
+            self._close(session, lambda task, now, spoke=spoke: self.transitions.silenced(task, now, spoke))
             session.sink(CloseAction(reason))
         return len(silent)
 

@@ -143,6 +143,7 @@ class Task:
     lapsed_in: str = ""  # session whose lease on this task lapsed last (not offered it straight back)
     lapsed_at: int = 0  # when that lease lapsed
     silent_releases: int = 0  # times released because its session went silent (see close_silent)
+    mute_releases: int = 0  # of those, from sessions that never spoke after their Hello (memory only)
 
     def __repr__(self) -> str:
         return f"Task(id={self.id!r}, queue={self.queue!r}, type={self.type!r}, state={self.state.name})"

@@ -88,6 +88,7 @@ class SessionState:
     work: dict[str, None] = field(default_factory=dict)  # own queues that may hold ready tasks
     dispatched: int = 0
     last_heard: int = 0  # when the worker last sent a frame (the Hello, at first)
+    spoke: bool = False  # it sent a frame after its Hello: it got the Welcome and is serving
     busy_since: int = 0  # when its first open delivery opened (its silence clock starts no earlier)
 
     @property

@@ -34,6 +34,7 @@ _EVENT_FOR_STATE = {
 }
 LEASE_EXPIRED = "lease expired"
 SESSION_SILENT = "session went silent"
+MUTE_FREE = 10  # free silent releases per task from sessions that never spoke after their Hello
 EXPIRED = "task expired before dispatch"
 CASCADE_CANCELED = "canceled by failed dependency"
 
@@ -168,12 +169,23 @@ class Transitions:
             task.retried += 1
             self.move(task, State.RETRY, now, due=now)
 
-    def silenced(self, task: Task, now: int) -> None:
+    def silenced(self, task: Task, now: int, spoke: bool = True) -> None:
         """A task of a session closed for silence: released with no charge, as on any close
         (§5.10). A task that was already released that way once is charged instead, as for a
         lapsed lease: a task that freezes every worker it reaches must still meet its retry bound
-        (the poison-pill bound of §5.10), while one partitioned worker costs it nothing."""
-        if task.silent_releases:
+        (the poison-pill bound of §5.10), while one partitioned worker costs it nothing.
+
+        ``spoke``: the session sent a frame after its Hello. One that never did may never have got
+        its Welcome (a link that loses server-to-worker bytes lets each reconnect's Hello through,
+        and each new session is fed the task again), so its silence says little about the task:
+        free, up to ``MUTE_FREE`` times per task; beyond that a task that freezes every fresh worker
+        before its first Heartbeat still meets the poison-pill bound."""
+        if not spoke and task.mute_releases < MUTE_FREE:
+            task.mute_releases += 1
+            task.silent_releases = max(task.silent_releases, 1)
+            task.last_error = SESSION_SILENT
+            self.release(task, now)
+        elif task.silent_releases:
             self.lease_expired(task, now, SESSION_SILENT)
         else:
             task.silent_releases = 1

@@ -15,6 +15,7 @@ import dataclasses
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk.errors import Code, ConveyorError
+from conveyor_server_min._engine.transitions import MUTE_FREE
 from tests.server_engine._harness import FAST, Worker, enqueue, get, make
 
 S = tpb.TaskState
@@ -32,6 +33,8 @@ def test_a_silent_session_holding_a_task_is_closed_and_the_task_released_free() 
         await silent.dispatch()
         other = Worker(services)
         await other.open()
+        other.heartbeat()  # a serving worker: it has spoken since its Hello
+        await other.settle()
         clock.advance(BOUND - 0.01)
         assert services.engine.close_silent() == 0
         clock.advance(0.01)
@@ -105,13 +108,49 @@ def test_a_second_silent_release_is_charged_a_retry() -> None:
         for want in (0, 1, 2):
             w = Worker(services)
             await w.open()
+            w.heartbeat()  # each worker served (spoke after its Hello), then froze with the task
             got = await w.dispatch()
             assert got.task.id == info.id
+            w.heartbeat(info.id)
+            await w.settle()
             clock.advance(BOUND)
             assert services.engine.close_silent() == 1
             task = await get(services, info.id)
             assert task.retried == want
             await w.ended()
+        assert task.last_error == "session went silent"
+
+    asyncio.run(main())
+
+
+def test_sessions_that_never_spoke_after_their_hello_cost_a_task_nothing() -> None:
+    """One-way loss server to worker: each reconnect's Hello gets through, its Welcome does not, and
+    the session says nothing more while the server feeds it the task. Ten such silent closes in a
+    row charge nothing (the task would otherwise be ARCHIVED unrun); the eleventh is charged, so a
+    task that freezes every fresh worker before its first Heartbeat still meets its retry bound."""
+
+    async def main() -> None:
+        services, clock = make()
+        info = await enqueue(services, max_retry=2)
+        first = Worker(services)
+        await first.open()
+        await first.dispatch()
+        first.heartbeat(info.id)  # the worker had the task, then its link went one-way
+        await first.settle()
+        clock.advance(BOUND)
+        assert services.engine.close_silent() == 1
+        await first.ended()
+        for n in range(MUTE_FREE + 1):  # reconnects whose Welcome is lost: never a frame after Hello
+            mute = Worker(services)
+            await mute.open()
+            got = await mute.dispatch()
+            assert got.task.id == info.id
+            clock.advance(BOUND)
+            assert services.engine.close_silent() == 1
+            await mute.ended()
+            task = await get(services, info.id)
+            want = (S.TASK_STATE_PENDING, 0) if n < MUTE_FREE else (S.TASK_STATE_RETRY, 1)
+            assert (task.state, task.retried) == want, n
         assert task.last_error == "session went silent"
 
     asyncio.run(main())
