@@ -124,6 +124,13 @@ def test_dispatch_carries_task_and_deadline() -> None:
         await enqueue(services)
         d2 = await w.dispatch()
         assert d2.deadline.ToNanoseconds() == now + 2 * NANOS
+        w.result(d2.task.id)
+        # a task deadline before the lease expiry (and before now + timeout) is the Dispatch deadline
+        due = now + 3 * NANOS // 2
+        deadline = {"seconds": due // NANOS, "nanos": due % NANOS}
+        await enqueue(services, deadline=deadline, timeout={"seconds": 5})
+        d3 = await w.dispatch()
+        assert d3.deadline.ToNanoseconds() == due
         assert (await get(services, info.id)).state == S.TASK_STATE_COMPLETED
         await w.close()
 
