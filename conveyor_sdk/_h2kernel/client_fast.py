@@ -226,8 +226,8 @@ def send_request(
     """Open the next client stream and queue its HEADERS and ``body`` without h2's ``send_headers``.
 
     The latency path of a producer: h2's ``send_headers``/``send_data`` encode every field to
-    bytes, build validation flags and frame objects, serialize them and log along the way, about
-    half of the Python calls between ``Client.enqueue()`` and the socket write. Here the stream is
+    bytes, build validation flags and frame objects, serialize them and log along the way, for
+    frames whose bytes are fixed by the headers and the body. Here the stream is
     opened as h2's ``_begin_new_stream`` opens it and moved along h2's own transition table (the
     three rows checked at import, :data:`_OWN_SEND_TRANSITIONS`), the block
     comes from ``conn.encoder`` (hpack encodes ``str`` exactly as h2's ``utf8_encode_headers``

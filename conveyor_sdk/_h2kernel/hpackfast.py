@@ -3,10 +3,9 @@
 Clients of a task queue send the same few headers on every call: indexed fields
 (``:method``, ``content-type``, ...) and a couple of literals that are never
 added to the dynamic table (``:path``, ``content-length``), usually Huffman-coded.
-hpack decodes every field through several Python calls, debug logging and a
-pure-Python Huffman decoder: ~28 us per block, and several times that on a
-cold CPU (an idle server woken by one Enqueue), which is the first thing on a
-task's way from the producer's socket to a worker.
+hpack decodes every field through debug logging and a pure-Python Huffman
+decoder, and that is the first thing on a task's way from the producer's socket
+to a worker (often on a cold CPU: an idle server woken by one Enqueue).
 
 :class:`FastDecoder` reads such blocks itself. Indexed fields come from hpack's
 header table; a literal whose name is a static-table index or a literal string
