@@ -59,6 +59,7 @@ from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor
 from conveyor_sdk._gen.conveyor.v1 import service_connect as sc
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._protocol.backoff import parse_addresses
+from conveyor_sdk._transport.keepalive import DEFAULT_INTERVAL, DEFAULT_TIMEOUT, KeepaliveOptions
 from conveyor_sdk.codecs import CodecRegistry
 from conveyor_sdk.errors import ConveyorError, DuplicateTask
 from conveyor_sdk.types import Duration, EnqueueResult, TaskInfo
@@ -106,6 +107,26 @@ class ClientOptions(TypedDict, total=False):
     http2: bool
     trace: bool
     encryption: Encryptor | None
+    keepalive_interval: Duration
+    keepalive_timeout: Duration
+
+
+_KEEPALIVE_KEYS = ("keepalive_interval", "keepalive_timeout")
+
+
+def _keepalive(options: Mapping[str, Any]) -> KeepaliveOptions:
+    """The async client's PING settings (defaults 5 s / 10 s, as the worker's); ValueError if bad."""
+    interval = _positive("keepalive_interval", options.get("keepalive_interval", DEFAULT_INTERVAL))
+    timeout = _positive("keepalive_timeout", options.get("keepalive_timeout", DEFAULT_TIMEOUT))
+    return KeepaliveOptions(interval, timeout)  # checks > 0 and finite
+
+
+def _positive(name: str, value: object) -> float:
+    if hasattr(value, "total_seconds"):
+        return float(value.total_seconds())
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a positive number of seconds or a timedelta, got {value!r}")
+    return float(value)
 
 
 def _seconds(value: Duration | None) -> float | None:
@@ -174,6 +195,7 @@ class _Base:
         self.codecs = codecs if codecs is not None else CodecRegistry.default()
         self._trace = options.get("trace", True)
         self.encryption = check_encryptor(options.get("encryption"))
+        self._keepalive = _keepalive(options)
         self._closed = False
 
     @classmethod
@@ -234,6 +256,13 @@ class Client(_Base):
         encryption: seal every non-empty payload end to end (a
             :class:`~conveyor_sdk.encryption.Keyring` or any ``Encryptor``); see
             :mod:`conveyor_sdk.encryption`.
+        keepalive_interval / keepalive_timeout: the HTTP/2 PINGs of task calls' connections
+            (seconds or timedelta; 5 and 10, as the worker's): the first call after the
+            connection was idle ``keepalive_interval`` carries a PING, and one follows every
+            interval while calls are open; one unanswered for ``keepalive_timeout`` fails the
+            open calls with a retryable ``Unavailable`` and the next call opens a fresh
+            connection. ValueError if not a positive number. Not accepted by
+            :class:`SyncClient` (its connections have no PING: calls end by their deadline).
         transport: a pyqwest transport to use instead of a network one (tests).
     """
 
@@ -257,7 +286,9 @@ class Client(_Base):
     def _task_stub(self, url: str, http: pyqwest.Client, ckw: dict[str, Any]) -> Any:
         """Task calls (the producer's hot path) run on an asyncio HTTP/2 transport: no thread hop."""
         cfg = self._config
-        h2 = H2Transport(url, ca_pem=cfg.tls_ca_cert) if self._native_h2() else None
+        h2 = (
+            H2Transport(url, ca_pem=cfg.tls_ca_cert, keepalive=self._keepalive) if self._native_h2() else None
+        )
         if h2 is None:
             return sc.TaskServiceClient(url, http_client=http, **ckw)
         self._h2s.append(h2)
@@ -373,6 +404,12 @@ class SyncClient(_Base):
         transport: pyqwest.SyncTransport | None = None,
         **options: Unpack[ClientOptions],
     ) -> None:
+        given = [k for k in _KEEPALIVE_KEYS if k in options]
+        if given:
+            raise TypeError(
+                f"{', '.join(given)}: the blocking SyncClient sends no HTTP/2 PINGs (its calls end by their"
+                " deadline, timeout / rpc_timeout); the keepalive options are the async Client's"
+            )
         super().__init__(address, **options)
         self._owned = transport is None
         self._transport = transport or pyqwest.SyncHTTPTransport(**self._config.transport_kwargs())

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 
 import pytest
 
 from conveyor_sdk._client.h2transport import H2Transport
 from conveyor_sdk._transport.keepalive import KeepaliveOptions
-from conveyor_sdk.client import Client, RetryConfig
+from conveyor_sdk.client import Client, RetryConfig, SyncClient
 from conveyor_sdk.errors import DeadlineExceeded, Unavailable
 from conveyor_sdk.testing.faultproxy import FaultProxy
 from tests.sdk_client.test_h2_transport import until
@@ -99,3 +100,39 @@ def test_open_calls_are_pinged_on_a_live_link() -> None:
                 await h2.aclose()
 
     asyncio.run(main())
+
+
+def test_client_keepalive_options_bound_a_call_on_a_dead_link(url: str) -> None:
+    """Client(keepalive_interval=0.2, keepalive_timeout=0.5): a call with a 30 s deadline on a
+    blackholed connection fails with Unavailable within the keepalive bound (defaults: ~10-15 s)."""
+
+    async def main() -> None:
+        async with FaultProxy(url.removeprefix("http://")) as proxy:
+            options = {"keepalive_interval": 0.2, "keepalive_timeout": 0.5}
+            async with Client(proxy.url, retry=RetryConfig(attempts=1), **options) as client:
+                info = await client.enqueue("ka:t")
+                proxy.blackhole("both")
+                started = time.monotonic()
+                with pytest.raises(Unavailable, match="no answer to an HTTP/2 PING"):
+                    await asyncio.wait_for(client.get_task(info.id, rpc_timeout=30), 5)
+                assert time.monotonic() - started <= BOUND + 0.5
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("keepalive_interval", 0), ("keepalive_timeout", -1.0), ("keepalive_interval", "5s"),
+     ("keepalive_timeout", True), ("keepalive_interval", float("inf")), ("keepalive_timeout", timedelta(0))],
+)  # fmt: skip
+def test_client_keepalive_options_are_validated(option: str, value: object) -> None:
+    with pytest.raises(ValueError, match=r"keepalive.(interval|timeout) must be a positive number"):
+        Client("http://127.0.0.1:1", **{option: value})  # type: ignore[arg-type]
+
+
+def test_client_keepalive_accepts_timedelta_and_the_blocking_client_refuses_it() -> None:
+    client = Client("http://127.0.0.1:1", keepalive_interval=timedelta(seconds=2), keepalive_timeout=3)
+    assert (client._keepalive.interval, client._keepalive.timeout) == (2.0, 3.0)
+    assert client._h2 is not None and client._h2._keepalive is client._keepalive
+    with pytest.raises(TypeError, match="keepalive_timeout: the blocking SyncClient sends no HTTP/2 PINGs"):
+        SyncClient("http://127.0.0.1:1", keepalive_timeout=3)
