@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
+import threading
 import urllib.request
 import uuid
+from collections.abc import Callable
 
+import pytest
+
+from tests._util import wait_until
 from tests.dashboard.conftest import DashboardProcess
+from tests.interop._conveyord import Conveyord
 
 
 def cli(url: str, *args: str, json_out: bool = False, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -119,3 +126,119 @@ def test_every_dashboard_page(cv_url: str) -> None:
                 assert resp.status == 200 and "<html" in body.lower(), page
     finally:
         assert dash.stop() == 0
+
+
+INT32 = "1 and 2147483647"
+
+
+def _enqueue(url: str, type_: str, q: str) -> str:
+    made = json.loads(cli(url, "enqueue", type_, "--json", "{}", "-q", q, json_out=True).stdout)
+    return str(made["id"])
+
+
+def _pages(url: str, *args: str) -> list[list[str]]:
+    """Every page of ``tasks ls ARGS -o json --page-info``, following next_page_token to the empty one."""
+    pages: list[list[str]] = []
+    token = ""
+    while len(pages) < 20:
+        page = json.loads(
+            cli(url, "tasks", "ls", *args, "--page-info", "--page-token", token, json_out=True).stdout
+        )
+        assert set(page) == {"tasks", "next_page_token"}, page
+        pages.append([t["id"] for t in page["tasks"]])
+        token = page["next_page_token"]
+        if not token:
+            return pages
+    raise AssertionError(f"more than 20 pages: {pages}")
+
+
+def test_tasks_ls_page_info_and_type_filter(cv_url: str) -> None:
+    """--page-info pages conveyord's listing by its token; --type keeps one type, paged the same way."""
+    q = f"pageq{uuid.uuid4().hex[:6]}"
+    mails = [_enqueue(cv_url, "page:mail", q) for _ in range(3)]
+    reports = [_enqueue(cv_url, "page:report", q) for _ in range(2)]
+    pages = _pages(cv_url, "-q", q, "-n", "2")
+    seen = [tid for page in pages for tid in page]
+    assert sorted(seen) == sorted(mails + reports) and len(pages) >= 3, pages  # each once, 2 per page
+    assert all(len(page) <= 2 for page in pages)
+    only = json.loads(cli(cv_url, "tasks", "ls", "-q", q, "--type", "page:report", json_out=True).stdout)
+    assert sorted(t["id"] for t in only) == sorted(reports) and {t["type"] for t in only} == {"page:report"}
+    typed = _pages(cv_url, "-q", q, "--type", "page:mail", "-n", "1")
+    assert sorted(tid for page in typed for tid in page) == sorted(mails), typed
+    bad = cli(cv_url, "tasks", "ls", "-q", q, "--page-info", ok=False)  # without -o json
+    assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_events_task_type_filter(node_factory: Callable[..., Conveyord]) -> None:
+    """events --task-type prints only that task type's events from conveyord's WatchEvents stream."""
+    cv_url = node_factory(extra="events:\n  enabled: true\n").url  # conveyord's default: no events
+    q = f"evq{uuid.uuid4().hex[:6]}"
+    cmd = [sys.executable, "-m", "conveyor_cli", "events", "-q", q, "--task-type", "ev:want", "-o", "json"]
+    with subprocess.Popen(
+        [*cmd, "--server", cv_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            seen = _filtered_events(cv_url, q, proc)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    assert {e["type"] for e in seen} == {"ev:want"}, seen
+    assert {e["queue"] for e in seen} == {q}
+
+
+def _filtered_events(cv_url: str, q: str, proc: subprocess.Popen[str]) -> list[dict[str, object]]:
+    """Enqueue ev:want probes until the stream shows one, then an ev:other and an ev:want; every line."""
+    out, err = proc.stdout, proc.stderr
+    assert out is not None and err is not None
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in out], daemon=True).start()
+    seen: list[dict[str, object]] = []
+
+    def drained() -> list[dict[str, object]]:
+        while not lines.empty():
+            seen.append(json.loads(lines.get()))
+        return seen
+
+    def stream_open() -> bool:
+        # "watching" is printed before the stream is open: probe until one probe's event arrives.
+        if drained():
+            return True
+        _enqueue(cv_url, "ev:want", q)
+        return False
+
+    assert "watching" in err.readline()
+    wait_until(stream_open, timeout=30, interval=0.5, what="the first ev:want event")
+    _enqueue(cv_url, "ev:other", q)  # enqueued while the stream is open: filtered, not missed
+    want = _enqueue(cv_url, "ev:want", q)
+    wait_until(lambda: any(e["id"] == want for e in drained()), timeout=30, what="the last ev:want")
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("ratelimit", "set", "{q}", "--rate", "0"), "--rate must be a finite number greater than 0"),
+        (
+            ("ratelimit", "set", "{q}", "--rate", "5/s", "--burst", "0"),
+            "--burst must be between 1 and 2147483647",
+        ),
+        (("concurrency", "set", "{q}", "--limit", "0"), "--limit must be between 1 and 2147483647"),
+        (("concurrency", "set", "{q}", "--limit", "2147483648"), "--limit must be between 1 and 2147483647"),
+        (
+            ("group", "set", "{q}", "--max-size", "0", "--max-delay", "2m", "--grace-period", "5s"),
+            "--max-size must be between 1 and 2147483647, got 0",
+        ),
+        (
+            ("group", "set", "{q}", "--max-size", "5", "--max-delay", "0", "--grace-period", "5s"),
+            "--max-delay must be greater than 0",
+        ),
+    ],
+    ids=["rate-0", "burst-0", "limit-0", "limit-int32", "max-size-0", "max-delay-0"],
+)
+def test_limit_values_out_of_range_say_the_range(cv_url: str, args: tuple[str, ...], says: str) -> None:
+    """A value outside its range is one error line naming the range; conveyord is left unchanged."""
+    q = f"rangeq{uuid.uuid4().hex[:6]}"
+    proc = cli(cv_url, *(a.format(q=q) for a in args), ok=False)
+    assert says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert q not in json.dumps(both(cv_url, args[0], "ls"))
