@@ -69,7 +69,7 @@ class RefusingConnection(h2.connection.H2Connection):
         return super().open_inbound_streams
 
     def _receive_headers_frame(self, frame: Any) -> Any:
-        if not probe.fast:
+        if isinstance(self.incoming_buffer, PublicGuardBuffer):  # a connection made on the public path
             return super()._receive_headers_frame(frame)
         if frame.stream_id in self.streams or frame.stream_id <= self.highest_inbound_stream_id:
             return super()._receive_headers_frame(frame)
@@ -98,7 +98,7 @@ class RefusingConnection(h2.connection.H2Connection):
             self._refused.append(stream_id)
 
     def receive_data(self, data: Any) -> list[h2.events.Event]:
-        if probe.fast or not isinstance(self.incoming_buffer, PublicGuardBuffer):
+        if not isinstance(self.incoming_buffer, PublicGuardBuffer):
             return super().receive_data(data)
         try:
             events = super().receive_data(data)
