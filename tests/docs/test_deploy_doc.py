@@ -164,55 +164,142 @@ def worker_lines() -> list[list[str]]:
     ]
 
 
+def _run_worker_line(
+    args: list[str],
+    folder: Path,
+    url: str,
+    *,
+    env: dict[str, str] | None = None,
+    ca: str | None = None,
+    token: str | None = None,
+) -> None:
+    """Run ``conveyor ARGS`` (without ``worker``) in ``folder`` until a task from ``url`` completed,
+    then SIGTERM: it must exit 0."""
+    from conveyor_sdk.client import SyncClient
+    from tests._util import wait_until
+
+    (folder / "myapp").mkdir()
+    (folder / "myapp" / "__init__.py").write_text("")
+    (folder / "myapp" / "tasks.py").write_text(APP)
+    proc = WorkerProc(folder, args)  # WorkerProc adds `worker` itself
+    proc.env.update(env or {})  # after: WorkerProc drops an inherited CONVEYOR_ADDR
+    proc.start()
+    try:
+        with SyncClient(url, token=token, tls_ca_cert=Path(ca).read_bytes() if ca else None) as client:
+            tid = client.enqueue("deploy:ping", {"n": 1}, retention=3600).id
+            done = lambda: client.get_task(tid).state.name == "COMPLETED"  # noqa: E731
+            try:
+                wait_until(done, timeout=60, what="the task completed")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; worker output:\n{proc.output[-1500:]}") from None
+    finally:
+        proc.signal(signal.SIGTERM)
+        code = proc.wait(60)
+    assert code == 0, proc.output[-2000:]
+
+
 @pytest.mark.parametrize("argv", worker_lines(), ids=lambda a: " ".join(a[3:6]))
 def test_worker_line_runs_and_drains_on_sigterm(argv: list[str], tmp_path: Path) -> None:
     """The worker line (unit, image, manifest) runs a task from CONVEYOR_ADDR's server, exits 0 on SIGTERM."""
-    (tmp_path / "myapp").mkdir()
-    (tmp_path / "myapp" / "__init__.py").write_text("")
-    (tmp_path / "myapp" / "tasks.py").write_text(APP)
     server = ServerProcess(["--dev"])
     server.start()
-    try:
-        proc = WorkerProc(tmp_path, runnable(argv)[1:])  # WorkerProc adds `worker` itself
-        proc.env["CONVEYOR_ADDR"] = server.url  # as the unit's EnvironmentFile / the pod's env gives it
-        proc.start()
-        try:
-            from conveyor_sdk.client import SyncClient
-            from tests._util import wait_until
-
-            with SyncClient(server.url) as client:
-                tid = client.enqueue("deploy:ping", {"n": 1}, retention=3600).id
-                done = lambda: client.get_task(tid).state.name == "COMPLETED"  # noqa: E731
-                try:
-                    wait_until(done, timeout=60, what="the task completed")
-                except AssertionError as exc:
-                    raise AssertionError(f"{exc}; worker output:\n{proc.output[-1500:]}") from None
-        finally:
-            proc.signal(signal.SIGTERM)
-            code = proc.wait(60)
-        assert code == 0, proc.output[-2000:]
+    try:  # CONVEYOR_ADDR: as the unit's EnvironmentFile / the pod's env gives it
+        _run_worker_line(runnable(argv)[1:], tmp_path, server.url, env={"CONVEYOR_ADDR": server.url})
     finally:
         assert server.stop() == 0
 
 
-def test_server_unit_line_runs_with_db(tmp_path: Path) -> None:
-    """The server unit's ExecStart starts (tokens from the environment, --db under tmp) and serves."""
-    argv = runnable(exec_start((DEPLOY / "conveyor-server.service").read_text()))
+def _doc_line(*needles: str) -> list[str]:
+    return next(a for a in sh_lines() if all(n in a for n in needles))
+
+
+def test_several_addresses_line_runs_with_the_first_node_down(tmp_path: Path) -> None:
+    """The guide's `--server node1,node2,node3` line: node1 and node3 refuse, node2 serves."""
+    argv = runnable(_doc_line("worker", "--server"))
+    addresses = argv[argv.index("--server") + 1].split(",")
+    assert len(addresses) == 3
+    server = ServerProcess(["--dev"])
+    server.start()
+    try:
+        dead = [_refused_url(), _refused_url()]
+        argv[argv.index("--server") + 1] = ",".join([dead[0], server.url, dead[1]])
+        _run_worker_line(argv[1:], tmp_path, server.url)
+    finally:
+        assert server.stop() == 0
+
+
+def _refused_url() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_tls_server_and_ca_file_worker_lines_run(tmp_path: Path) -> None:
+    """The guide's TLS lines: `conveyor server --tls-cert --tls-key --db` serves https, and the
+    `--server https://... --ca-file` worker line runs a task from it (private CA)."""
+    from tests.sdk_transport._helpers import make_certs
+
+    (tmp_path / "certs").mkdir()
+    certs = make_certs(tmp_path / "certs")
+    argv = runnable(_doc_line("server", "--tls-cert"))
+    argv[argv.index("--tls-cert") + 1] = str(certs.server_cert)
+    argv[argv.index("--tls-key") + 1] = str(certs.server_key)
     argv[argv.index("--db") + 1] = str(tmp_path / "tasks.db")
-    env = {"CONVEYOR_API__AUTH_TOKENS": "t1,t2"}
+    proc, bound = _start_server(argv, {"CONVEYOR_API__AUTH_TOKENS": "t1"}, scheme="https")
+    url = "https://localhost:" + bound.rsplit(":", 1)[1]  # a name the certificate holds
+    try:
+        worker = runnable(_doc_line("worker", "--ca-file"))
+        worker[worker.index("--server") + 1] = url
+        worker[worker.index("--ca-file") + 1] = str(certs.ca)
+        (tmp_path / "w").mkdir()
+        env = {"CONVEYOR_TOKEN": "t1"}  # the token from the environment, as the guide says
+        _run_worker_line(worker[1:], tmp_path / "w", url, env=env, ca=str(certs.ca), token="t1")
+    finally:
+        _stop(proc)
+    assert (tmp_path / "tasks.db").exists()
+
+
+def _start_server(
+    argv: list[str], env: dict[str, str], scheme: str = "http"
+) -> tuple[subprocess.Popen[str], str]:
+    """``conveyor ARGS`` (a server line) as a process, and the API address it printed."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "conveyor_cli", *argv], env={**__import__("os").environ, **env},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        match = re.search(rf"({scheme}://[\d.]+:\d+)", line)
+        if match and "metrics" not in line:
+            return proc, match.group(1)
+    _stop(proc)
+    raise AssertionError("the server printed no address")
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(30)
+    if proc.stdout is not None:
+        proc.stdout.close()
+    assert code == 0
+
+
+SERVER_LINES = {
+    "unit": exec_start((DEPLOY / "conveyor-server.service").read_text()),
+    "guide": next(a for a in sh_lines() if a[1] == "server" and "--tls-cert" not in a),
+}
+
+
+@pytest.mark.parametrize("which", sorted(SERVER_LINES))
+def test_server_line_runs_with_db(which: str, tmp_path: Path) -> None:
+    """The server unit's ExecStart and the guide's server line start (tokens from the environment,
+    --db under tmp) and serve."""
+    argv = runnable(SERVER_LINES[which])
+    argv[argv.index("--db") + 1] = str(tmp_path / "tasks.db")
+    proc, url = _start_server(argv, {"CONVEYOR_API__AUTH_TOKENS": "t1,t2"})
     try:
-        assert proc.stdout is not None
-        url = None
-        for line in proc.stdout:
-            match = re.search(r"(http://[\d.]+:\d+)", line)
-            if match and "metrics" not in line:
-                url = match.group(1)
-                break
-        assert url, "the server printed no address"
         from conveyor_sdk.client import SyncClient
         from conveyor_sdk.errors import Unauthenticated
 
@@ -221,9 +308,5 @@ def test_server_unit_line_runs_with_db(tmp_path: Path) -> None:
         with SyncClient(url) as anon, pytest.raises(Unauthenticated):
             anon.enqueue("deploy:ping")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(30)
-        if proc.stdout is not None:
-            proc.stdout.close()
-        assert code == 0
+        _stop(proc)
     assert (tmp_path / "tasks.db").exists()
