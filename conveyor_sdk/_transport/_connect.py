@@ -112,7 +112,7 @@ def connect_error(exc: BaseException, target: Target) -> ConveyorError:
     if isinstance(exc, ssl.SSLError):
         return Unavailable(f"TLS handshake with {where} failed: {exc.reason or exc}")
     if isinstance(exc, TimeoutError):
-        return Unavailable(f"timed out connecting to {where}")
+        return Unavailable(f"timed out connecting to {where}", details={"connect_timeout": True})
     if isinstance(exc, OSError):
         reason = exc.strerror or str(exc) or type(exc).__name__
         code = _errno(exc)  # the worker's heal probe runs only when nothing listened (healprobe.py)

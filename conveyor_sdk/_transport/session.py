@@ -321,7 +321,10 @@ class SessionStream:
             self._write_now()
         elif isinstance(action, LinkDead):
             log.debug("the connection to the server is dead: %s", action.reason)
-            self.abort(Unavailable(f"the connection to the server is dead: {action.reason}"))
+            dead = Unavailable(
+                f"the connection to the server is dead: {action.reason}", details={"link_dead": True}
+            )
+            self.abort(dead)  # link_dead: the worker's heal probe may cut its reconnect wait
             return
         self._arm()
 

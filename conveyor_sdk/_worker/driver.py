@@ -40,7 +40,7 @@ from conveyor_sdk._protocol.session import (
 from conveyor_sdk._protocol.types import CancelReason
 from conveyor_sdk._worker.convert import job_for_delivery, with_deadline
 from conveyor_sdk._worker.executor import Executor, Job, JobControl, Outcome, OutcomeKind
-from conveyor_sdk._worker.healprobe import MIN_WAIT, HealProbe, refused
+from conveyor_sdk._worker.healprobe import MIN_WAIT, HealProbe, unanswered
 from conveyor_sdk._worker.outcomes import cancelled_outcome, log_abandoned, log_finished, never_retried
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk._worker.unseal import run_opened, sealed
@@ -92,8 +92,10 @@ class Driver:
         self.reader: asyncio.Task[None] | None = None
         self.opener: asyncio.Task[None] | None = None
         self.reconnect_at: float | None = 0.0  # connect at once
-        self.refused = False  # the last connect found nothing listening: a long wait is probed
-        self.probe = HealProbe(machine.backoff.addresses, self._accepts, worker._rng)
+        self.unreachable = False  # a streak of failures where nothing answered: long waits are probed
+        self.cut = False  # the attempt under way was started by the probe (see healprobe.py)
+        tls = getattr(worker._transport()[1], "tls", None)
+        self.probe = HealProbe(machine.backoff.addresses, self._accepts, worker._rng, tls=tls)
         self.jobs: dict[str, asyncio.Task[None]] = {}
         # Jobs whose task has not taken its first step yet, with a cancel that came meanwhile.
         self.unstarted: dict[str, CancelReason | None] = {}
@@ -242,8 +244,8 @@ class Driver:
                     "reconnecting to %s in %.2fs (%s)", self.worker.server, action.delay, self.machine.backoff
                 )
                 self.reconnect_at = time.time() + action.delay
-                if self.refused and action.delay > MIN_WAIT:
-                    self.probe.start()  # see healprobe.py: a refusing address is probed meanwhile
+                if self.unreachable and action.delay > MIN_WAIT:
+                    self.probe.start()  # see healprobe.py: an unreachable address is probed meanwhile
             elif isinstance(action, Stop):
                 self._stop(action)
 
@@ -253,8 +255,9 @@ class Driver:
         if self.reconnect_at is None or self.opener is not None or self.stopped is not None:
             return
         self.machine.backoff.point_at(index)
+        self.cut = True
         self.log.info(
-            "%s accepts connections again: reconnecting now, not in %.2fs",
+            "%s answers again: reconnecting now, not in %.2fs",
             self.worker.server,
             max(0.0, self.reconnect_at - now),
         )
@@ -287,7 +290,7 @@ class Driver:
         if isinstance(result, ConveyorError):
             result = _unverified_is_fatal(result, self.worker.server)
             self.last_error = result.message
-            self.refused = refused(result)
+            self._streak(result)
             if result.code is not Code.INVALID_ARGUMENT:
                 self.log.warning("cannot connect to %s: %s", self.worker.server, result)
             await self._execute(self.machine.connection_lost(result, now))
@@ -295,7 +298,6 @@ class Driver:
         if self.stopped is not None:
             await result.aclose()
             return
-        self.refused = False
         self.stream = result
         actions = self.machine.connect(now)
         self.stream_epoch = epoch = self.machine.epoch
@@ -403,7 +405,19 @@ class Driver:
         if self.stream is not None:
             self.stream.close_send_nowait()
 
+    def _streak(self, error: ConveyorError | None) -> None:
+        """Track the streak of unanswered failures that lets the heal probe run (healprobe.py)."""
+        if unanswered(error):
+            self.unreachable = True
+        elif self.cut:  # the server answered the probe but failed the session: plain backoff now
+            self.unreachable = False
+        self.cut = False
+
     async def _stream_ended(self, error: ConveyorError | None) -> None:
+        if self.machine.backoff.failures == 0:  # this stream had its Welcome: no streak
+            self.unreachable = self.cut = False
+        else:
+            self._streak(error)
         stream, reader = self.stream, self.reader
         self.stream, self.reader = None, None
         self.stream_epoch = -1

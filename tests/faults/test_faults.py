@@ -44,21 +44,12 @@ def fault_server(
 
 
 def _worker_args(target: Target, fault: Fault) -> dict[str, object]:
-    """Short keepalive and a 1 s reconnect cap, so a smoke run notices and resumes in seconds.
-
-    Refusals run at the default reconnect settings (0.5 s base, 30 s cap): the heal probe, not
-    a small cap, must bring the work back within 2 s. The in-process worker draws the worst
-    jitter (0.99 of each ceiling), so its wait at the heal is about 7 s without the probe.
-    """
-    if fault == "refuse":
-        return {"rng": lambda: 0.99} if target == "worker" else {}
+    """A short keepalive, so a smoke run notices a dead link in seconds; the reconnect backoff at
+    its defaults (0.5 s base, 30 s cap): the heal probe, not a small cap, must bring the work back
+    within 2 s. The in-process worker draws the worst jitter (0.99 of each ceiling)."""
     if target == "worker":
-        return {"keepalive_interval": KA_INTERVAL, "keepalive_timeout": KA_TIMEOUT, "reconnect_max": 1.0}
-    return {
-        "keepalive_interval": f"{KA_INTERVAL}s",
-        "keepalive_timeout": f"{KA_TIMEOUT}s",
-        "reconnect_max": "1s",
-    }
+        return {"keepalive_interval": KA_INTERVAL, "keepalive_timeout": KA_TIMEOUT, "rng": lambda: 0.99}
+    return {"keepalive_interval": f"{KA_INTERVAL}s", "keepalive_timeout": f"{KA_TIMEOUT}s"}
 
 
 def _run(

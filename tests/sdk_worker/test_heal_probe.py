@@ -12,7 +12,7 @@ import time
 
 from conveyor_sdk._protocol.backoff import Backoff
 from conveyor_sdk._transport._connect import Target, connect_error
-from conveyor_sdk._worker.healprobe import refused
+from conveyor_sdk._worker.healprobe import refused, unanswered
 from conveyor_sdk.testing import FaultProxy
 from conveyor_sdk.worker import Registry, Worker
 
@@ -56,6 +56,7 @@ def test_only_a_connect_that_found_nothing_listening_counts_as_refused() -> None
     )  # what asyncio raises for "localhost" (two addresses, both refused): no errno of its own
     assert refused(connect_error(several, where))
     assert not refused(connect_error(TimeoutError(), where))
+    assert unanswered(connect_error(TimeoutError(), where))  # no SYN-ACK: a partition, probed too
     handshake = ssl.SSLError(1, "handshake failure")
     handshake.reason = "SSLV3_ALERT_HANDSHAKE_FAILURE"
     assert not refused(connect_error(handshake, where))  # a server answered
@@ -87,7 +88,34 @@ async def _refusing_then_listening(server_url: str) -> None:
             healed = time.monotonic()
             await _until(lambda: worker.phase == "open", 5, "the session after the heal")
             assert time.monotonic() - healed < 2.0
-            assert any("accepts connections again" in line for line in lines.lines), lines.lines
+            assert any("answers again" in line for line in lines.lines), lines.lines
+        finally:
+            worker.stop()
+            await run
+
+
+def test_a_blackholed_link_is_reconnected_within_2s_of_the_heal(server_url: str) -> None:
+    """A proxy that accepts TCP but drops every byte (a cut link behind a load balancer): each attempt
+    dies by the keepalive, the backoff grows, the probe's PING gets no answer until the heal, then
+    the session is back within 2 s."""
+    asyncio.run(_blackholed_then_healed(server_url))
+
+
+async def _blackholed_then_healed(server_url: str) -> None:
+    logger, lines = _logger("blackhole")
+    async with FaultProxy(server_url.removeprefix("http://")) as proxy:
+        options = {"keepalive_interval": 0.3, "keepalive_timeout": 0.6}
+        worker = Worker(proxy.url, logger=logger, rng=lambda: WORST, **options)  # type: ignore[arg-type]
+        run = asyncio.create_task(worker.run(Registry()))
+        try:
+            await _until(lambda: worker.phase == "open", 10, "the first session")
+            proxy.blackhole()
+            await _until(lambda: any(w > 4 for w in lines.waits()), 30, "a reconnect wait above 4 s")
+            assert not any("answers again" in line for line in lines.lines), "a probe through the blackhole"
+            await proxy.heal()
+            healed = time.monotonic()
+            await _until(lambda: worker.phase == "open", 5, "the session after the heal")
+            assert time.monotonic() - healed < 2.0
         finally:
             worker.stop()
             await run
@@ -119,7 +147,7 @@ async def _accepting_but_failing() -> None:
         gaps = [b - a for a, b in itertools.pairwise(accepted)]
         assert gaps[2] > 0.9 * waits[2], (gaps, waits)  # the 2 s wait ran in full: nothing cut it
         assert len(accepted) - len(lines.waits()) in (0, 1), "a connection that was not a session attempt"
-        assert not any("accepts connections again" in line for line in lines.lines)
+        assert not any("answers again" in line for line in lines.lines)
     finally:
         worker.stop()
         await run
