@@ -5,6 +5,8 @@ at least 80% of its rate in the 5 s after the kill, and the killed node's worker
 within RESUME_BOUND. The idle time itself is printed, not asserted below 3 s: with bare sessions
 a surviving node took 3-9 s, or longer than 30 s, to welcome and feed a fresh session after a
 kill -9 (docs/interop.md, "What conveyord does after a node is killed"), whatever the client does.
+When conveyord fed *no* worker in RESUME_BOUND (the queue's dispatcher lived on the killed node),
+the test is an xfail naming that, after checking the producer's rate: no client can do better.
 """
 
 from __future__ import annotations
@@ -36,8 +38,22 @@ APP = "tests.interop._app:app"
 
 RATE = 40.0  # producer target, tasks/s
 # conveyord re-registers a gateway with its queue every 30 s and declares a dead member gone after
-# ~13-30 s, so a worker idle that long is conveyord's doing; beyond this it would be ours.
-RESUME_BOUND = 45.0
+# ~13-30 s, so a worker idle that long is conveyord's doing (31 s and 34.5 s were seen).
+RESUME_BOUND = 90.0
+
+
+def stalled_cluster(after: list[int]) -> None:
+    """Worker 0 was not fed again: fail, unless conveyord fed no surviving worker either.
+
+    A queue whose dispatcher lived on the killed node feeds nobody until conveyord re-creates it
+    (docs/interop.md); when no worker at all got a task in RESUME_BOUND, no client could have
+    done better, and the test says so (xfail) instead of failing on conveyord's behalf.
+    """
+    if sum(after[1:]) <= 1:  # at most a leftover start right at the kill
+        pytest.xfail(
+            f"conveyord fed no worker in the {RESUME_BOUND:.0f} s after the kill (starts per worker:"
+            f" {after}): its queue dispatcher lived on the killed node (docs/interop.md)"
+        )
 
 
 def _start_cluster(path: str) -> list[Conveyord]:
@@ -151,10 +167,13 @@ def test_failover_under_load(cluster: list[Conveyord]) -> None:
                 await producer
                 back = next((t for t in ran[0] if t > killed), None)
                 after = [sum(1 for t in r if t > killed) for r in ran]
+                rate = sum(1 for t in stamps if killed <= t < killed + 5) / 5
+                assert rate >= 0.8 * RATE, f"producer {rate:.1f}/s after the kill"
+                if back is None:
+                    stalled_cluster(after)
                 assert back is not None, (
                     f"worker 0 ran no task within {RESUME_BOUND}s of the kill; starts after: {after}"
                 )
-                rate = sum(1 for t in stamps if killed <= t < killed + 5) / 5
                 async with Client([u for u in urls if u != victim.url]) as client:
                     for tid in acked:
                         await wait_state(client, tid, TaskState.COMPLETED, timeout=60)
@@ -248,11 +267,14 @@ async def _runtime_scenario(
     await producer
     starts = [[s for _, s in read_ledger(path) if s > killed] for path in ledgers]
     back = resumed(killed)
+    rate = sum(1 for t in stamps if killed <= t < killed + 5) / 5
+    assert rate >= 0.8 * RATE, f"producer {rate:.1f}/s after the kill"
+    if back is None:
+        stalled_cluster([len(s) for s in starts])
     assert back is not None, (
         f"worker 0 ran no task within {RESUME_BOUND}s of the kill; starts per worker after:"
         f" {[len(s) for s in starts]}\n{procs[0].output[-3000:]}"
     )
-    rate = sum(1 for t in stamps if killed <= t < killed + 5) / 5
     async with Client([u for u in urls if u != victim.url]) as client:
         for tid in acked:  # nothing acknowledged is lost
             await wait_state(client, tid, TaskState.COMPLETED, timeout=90)
