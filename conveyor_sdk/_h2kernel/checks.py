@@ -77,6 +77,8 @@ def _presence() -> None:
     stream = H2Stream(1, config=conn.config, inbound_window_size=65535, outbound_window_size=65535)
     _has(stream, "_inbound_window_manager _expected_content_length _actual_content_length _authority")
     _has(stream, "_initialize_content_length receive_data receive_headers")
+    _has(stream.state_machine, "headers_sent stream_closed_by client")
+    _has(conn.encoder.header_table, "resized", bool)
     _need(client_fast._OWN_SEND_TRANSITIONS, "h2.stream._transitions: the request-sending rows changed")
     _need(server._OWN_TRANSITIONS, "h2.stream._transitions: the request-receiving rows changed")
     if not eager.PUBLIC_EAGER and sys.version_info < (3, 12):
@@ -164,6 +166,29 @@ def _round_trip() -> None:
     _need(3 not in fc.streams, "retire_closed kept a closed stream")
 
 
+def _unary_answer() -> None:
+    """send_unary and h2's send_headers + send_data(end_stream=True): the same events at the client,
+    the same stream state and windows at the server."""
+    seen, states = [], []
+    for fast in (True, False):
+        client, srv, _ = _pair(lambda: h2.connection.H2Connection(config=PLAIN_CLIENT_CONFIG), True)
+        client.send_headers(1, _HEADERS)
+        client.send_data(1, _BODY, end_stream=True)
+        srv.receive_data(client.data_to_send())
+        if fast:
+            _need(server_conn.send_unary(srv, 1, "application/proto", b"abc"), "send_unary declined")
+        else:
+            fields = [(":status", "200"), ("content-type", "application/proto"), ("content-length", "3")]
+            srv.send_headers(1, fields)
+            srv.send_data(1, b"abc", end_stream=True)
+        seen.append(_shape(client.receive_data(srv.data_to_send())))
+        stream = srv.streams[1]
+        states.append((vars(stream.state_machine), stream.outbound_flow_control_window,
+                       srv.outbound_flow_control_window))  # fmt: skip
+    _need(seen[0] == seen[1], "send_unary gave the client other events than h2")
+    _need(states[0] == states[1], "send_unary left the stream otherwise than h2")
+
+
 def _session_and_goaway() -> None:
     fc, fs, _ = _pair(lambda: Connection(config=h2.config.H2Configuration(client_side=True)), True)
     fc.send_headers(1, _HEADERS)
@@ -190,6 +215,7 @@ def run() -> None:
     try:
         _presence()
         _round_trip()
+        _unary_answer()
         _session_and_goaway()
     except ProbeFailed as exc:
         probe.use_public(f"the import-time check failed ({exc})")

@@ -17,7 +17,7 @@ import h2.errors
 import h2.events
 import h2.settings
 from h2.connection import ConnectionState
-from h2.stream import STREAM_OPEN, StreamState
+from h2.stream import STREAM_OPEN, StreamClosedBy, StreamState
 from h2.windows import WindowManager
 
 from conveyor_sdk._h2kernel import probe
@@ -31,6 +31,7 @@ __all__ = [
     "new_server_h2",
     "release",
     "send_data",
+    "send_unary",
 ]
 
 _WRITABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE)
@@ -211,3 +212,60 @@ def _reopens(window: WindowManager, size: int) -> bool:
     return (
         window.current_window_size == 0 and processed > min(1024, window.max_window_size // 4)
     ) or processed >= window.max_window_size // 2
+
+
+_STATUS_200 = b"\x88"  # HPACK: indexed field, static table entry 8 (:status 200)
+_CONTENT_TYPE = b"\x0f\x10"  # literal without indexing, name = static entry 31 (content-type)
+_CONTENT_LENGTH = b"\x0f\x0d"  # literal without indexing, name = static entry 28 (content-length)
+_HALF_CLOSED_REMOTE = StreamState.HALF_CLOSED_REMOTE
+_HEADER_PREFIX: dict[str, bytes] = {}  # content type -> its :status and content-type fields, encoded once
+
+
+def _literal(value: bytes) -> bytes:
+    return bytes([len(value)]) + value  # a plain string; the callers keep values under 127 bytes
+
+
+def send_unary(conn: h2.connection.H2Connection, stream_id: int, content_type: str, body: bytes) -> bool:
+    """A whole unary answer, ``:status 200`` with content-type and content-length and the body in one
+    DATA frame with END_STREAM, written directly; False (nothing changed) unless that is plain.
+
+    Plain: the fast path, a request that has ended (HALF_CLOSED_REMOTE) with no answer yet, a body
+    that fits both windows and one frame, and an HPACK encoder that owes no table-size update. The
+    fields are literals without indexing, so the HPACK table stays h2's; the stream moves as h2's
+    send_headers + send_data(end_stream=True) move it (to CLOSED, closed by SEND_END_STREAM). h2
+    would also validate the fields, encode them and run both state machines: about a third of the
+    server's CPU for a unary Enqueue.
+    """
+    stream = conn.streams.get(stream_id)
+    if stream is None or not probe.fast:
+        return False
+    machine = stream.state_machine
+    size = len(body)
+    if (
+        machine.state is not _HALF_CLOSED_REMOTE
+        or machine.headers_sent
+        or machine.client is not False
+        or conn.state_machine.state is not ConnectionState.SERVER_OPEN
+        or conn.encoder.header_table.resized
+        or size > stream.outbound_flow_control_window
+        or size > conn.outbound_flow_control_window
+        or size > conn.max_outbound_frame_size
+        or len(content_type) > 100
+    ):
+        return False
+    prefix = _HEADER_PREFIX.get(content_type)
+    if prefix is None:
+        if len(_HEADER_PREFIX) >= 16:
+            _HEADER_PREFIX.clear()
+        prefix = _HEADER_PREFIX[content_type] = _STATUS_200 + _CONTENT_TYPE + _literal(content_type.encode())
+    block = prefix + _CONTENT_LENGTH + _literal(str(size).encode())
+    sid = stream_id.to_bytes(4, "big")
+    out = conn._data_to_send
+    out += len(block).to_bytes(3, "big") + b"\x01\x04" + sid + block  # HEADERS, END_HEADERS
+    out += size.to_bytes(3, "big") + b"\x00\x01" + sid + body  # DATA, END_STREAM
+    machine.headers_sent = True
+    machine.state = StreamState.CLOSED
+    machine.stream_closed_by = StreamClosedBy.SEND_END_STREAM
+    stream.outbound_flow_control_window -= size
+    conn.outbound_flow_control_window -= size
+    return True

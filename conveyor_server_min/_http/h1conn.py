@@ -121,6 +121,9 @@ class _Exchange:
     def try_write(self, data: bytes, *, urgent: bool = False) -> bool:
         return False  # no full-duplex streams on HTTP/1.1: writers always take ``write``
 
+    def respond_whole(self, content_type: str, body: bytes) -> bool:
+        return False  # the response is one write on HTTP/1.1 anyway
+
     def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
         if not self.done:
             self.done = True

@@ -34,7 +34,7 @@ import h2.exceptions
 from conveyor_sdk._h2kernel import probe
 from conveyor_sdk._h2kernel.guard import FRAMES_PER_TURN
 from conveyor_sdk._h2kernel.server import take_frames
-from conveyor_sdk._h2kernel.server_conn import acknowledge, new_server_h2, release, send_data
+from conveyor_sdk._h2kernel.server_conn import acknowledge, new_server_h2, release, send_data, send_unary
 from conveyor_sdk._h2kernel.streams import retire_closed
 
 from .h2stream import HIGH_WATER, H2Stream, header_dict
@@ -302,6 +302,11 @@ class H2Connection:
             self._schedule_flush()
         else:
             self._schedule_flush()
+
+    def send_whole(self, st: H2Stream, content_type: str, body: bytes) -> bool:
+        """A unary 200 answer in one step (the kernel's send_unary); the stream's end
+        (``_stream_done``, right after the handler returns) writes it out."""
+        return not self._closed and send_unary(self.h2, st.id, content_type, body)
 
     def mark_ready(self, st: H2Stream) -> None:
         self._ready[st.id] = st

@@ -31,6 +31,8 @@ class StreamOwner(Protocol):
 
     def flush_now(self, st: H2Stream) -> None: ...
 
+    def send_whole(self, st: H2Stream, content_type: str, body: bytes) -> bool: ...
+
 
 class H2Stream:
     """One request stream: the handler's view (CallIO) plus buffers."""
@@ -146,6 +148,15 @@ class H2Stream:
             self._conn.flush_now(self)
         else:
             self._conn.mark_ready(self)
+        return True
+
+    def respond_whole(self, content_type: str, body: bytes) -> bool:
+        if self.reset or self.finished or self.out or not self.ended_in:
+            return False
+        if not self._conn.send_whole(self, content_type, body):
+            return False
+        self.release()
+        self.finished = True
         return True
 
     def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:

@@ -77,6 +77,10 @@ class CallIO(Protocol):
     def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
         """End the response, with HTTP trailers when given (HTTP/2 only)."""
 
+    def respond_whole(self, content_type: str, body: bytes) -> bool:
+        """A whole 200 response with a content-length, sent in one step if the transport can;
+        False (nothing sent) means: use ``respond``, ``write`` and ``finish``."""
+
 
 def plain_response(io: CallIO, status: int, text: str, extra: list[tuple[str, str]] | None = None) -> None:
     """A small text/plain response (health checks, 404/405/415)."""
@@ -131,6 +135,8 @@ class Reply:
         """Send a unary success response."""
         if self.neg.wire is Wire.CONNECT_UNARY:
             self.started = True
+            if self.io.respond_whole(self.neg.content_type, payload):
+                return
             self.io.respond(
                 200, [("content-type", self.neg.content_type), ("content-length", str(len(payload)))]
             )
