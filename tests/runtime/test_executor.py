@@ -273,9 +273,11 @@ def test_max_tasks_recycles_children_without_losing_jobs(
                 pids.append(int(out.result.split()[0]))
             assert len(set(pids)) >= 3, pids
             assert ex.restarts == 0  # recycling is not a crash
-        # Each recycling began at the cap (the old child serves on until its replacement is ready).
+        # Recycling begins at the cap: the first child's exactly, a later one's no sooner (it waits
+        # while a replacement is still starting; the old child serves on until it is ready).
         lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("recycling child")]
-        assert len(lines) >= 2 and all(line.endswith(" after 5 tasks") for line in lines), lines
+        done = [int(line.rsplit(" after ", 1)[1].split()[0]) for line in lines]
+        assert len(done) >= 2 and done[0] == 5 and min(done) >= 5, lines
 
     _run(main)
 
