@@ -8,14 +8,17 @@ Three in-process Workers, each given all addresses (rotated, so each starts on i
 producer at --rate tasks/s with all addresses. After --warmup seconds the node of worker 0 is
 killed with ``conveyord.sh kill N`` (needs CONVEYORD and BASE in the environment). Reported:
 worker 0's time from the kill to its first task start after it, the producer's rate in the
-5 s after the kill, and whether every enqueued task ran.
-Simplification: in-process Workers, not `conveyor worker` processes.
+5 s after the kill, and whether every enqueued task ran. ``--log FILE`` writes the workers' INFO
+log there (connects, set-up failures, reconnect waits with their backoff), to see where the idle
+time went. Simplification: in-process Workers; tests/interop/test_cluster.py also runs
+`conveyor worker` processes.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import subprocess
 import time
@@ -91,4 +94,9 @@ if __name__ == "__main__":
     p.add_argument("--after", type=float, default=8.0)
     p.add_argument("--drain", type=float, default=60.0)
     p.add_argument("--work", type=float, default=0.25, help="seconds each task takes")
-    asyncio.run(main(p.parse_args()))
+    p.add_argument("--log", default="", help="write the workers' INFO log to this file")
+    parsed = p.parse_args()
+    if parsed.log:
+        fmt = "%(asctime)s %(levelname)s %(name)s %(message)s"
+        logging.basicConfig(level=logging.INFO, filename=parsed.log, format=fmt)
+    asyncio.run(main(parsed))
