@@ -414,8 +414,8 @@ class Driver:
         self.cut = False
 
     async def _stream_ended(self, error: ConveyorError | None) -> None:
-        if self.machine.backoff.failures == 0:  # this stream had its Welcome: no streak
-            self.unreachable = self.cut = False
+        if self.machine.backoff.failures == 0:  # it had its Welcome: a streak starts only if the link died
+            self.unreachable, self.cut = unanswered(error), False
         else:
             self._streak(error)
         stream, reader = self.stream, self.reader

@@ -9,12 +9,14 @@ import logging
 import re
 import ssl
 import time
+from collections.abc import Callable
 
 from conveyor_sdk._protocol.backoff import Backoff
 from conveyor_sdk._transport._connect import Target, connect_error
 from conveyor_sdk._worker.healprobe import refused, unanswered
 from conveyor_sdk.testing import FaultProxy
 from conveyor_sdk.worker import Registry, Worker
+from conveyor_server_min.testing import ServerProcess
 
 WORST = 0.99  # the jitter draw: every reconnect wait near its ceiling
 
@@ -115,6 +117,37 @@ async def _blackholed_then_healed(server_url: str) -> None:
             await proxy.heal()
             healed = time.monotonic()
             await _until(lambda: worker.phase == "open", 5, "the session after the heal")
+            assert time.monotonic() - healed < 2.0
+        finally:
+            worker.stop()
+            await run
+
+
+def test_a_streak_begun_by_a_dead_session_is_probed_through_attempts_the_server_closes(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """The established session dies by the keepalive; later attempts through the cut link end by an
+    EOF (the server closes a connection whose preface never came, after --header-timeout): the
+    streak of unanswered failures still holds, so the grown wait is probed and cut at the heal."""
+    server = server_factory(["--header-timeout", "0.5s"])
+    asyncio.run(_dead_session_then_eofs(server.url))
+
+
+async def _dead_session_then_eofs(server_url: str) -> None:
+    logger, lines = _logger("eofs")
+    async with FaultProxy(server_url.removeprefix("http://")) as proxy:
+        options = {"keepalive_interval": 0.5, "keepalive_timeout": 3.0}  # attempts end by EOF first
+        worker = Worker(proxy.url, logger=logger, rng=lambda: WORST, **options)  # type: ignore[arg-type]
+        run = asyncio.create_task(worker.run(Registry()))
+        try:
+            await _until(lambda: worker.phase == "open", 10, "the first session")
+            proxy.blackhole()
+            await _until(lambda: any(w > 4 for w in lines.waits()), 40, "a reconnect wait above 4 s")
+            assert any("no answer to an HTTP/2 PING" in line for line in lines.lines)
+            assert any("the connection to the server was lost" in line for line in lines.lines)
+            await proxy.heal()
+            healed = time.monotonic()
+            await _until(lambda: worker.phase == "open", 10, "the session after the heal")
             assert time.monotonic() - healed < 2.0
         finally:
             worker.stop()
