@@ -245,62 +245,56 @@ def send_request(
     if not probe.fast:
         return None
     try:
-        return _send_request(conn, headers, body)
+        config = conn.config
+        if (
+            conn.state_machine.state is not _CLIENT_OPEN
+            or not headers
+            or (config is not PLAIN_CLIENT_CONFIG and not _plain_client(config))
+        ):
+            return None
+        highest = conn.highest_outbound_stream_id
+        stream_id = highest + 2 if highest else 1
+        if stream_id > conn.HIGHEST_ALLOWED_STREAM_ID or _at_stream_limit(conn):
+            return None
+        stream = new_stream(conn, stream_id)
+        conn.highest_outbound_stream_id = stream_id
+        machine = stream.state_machine
+        if _OWN_SEND_TRANSITIONS:  # request_sent's whole work, as h2's process_input would do it
+            machine.state = _OPEN
+            machine.client = machine.headers_sent = True
+        else:
+            machine.process_input(StreamInputs.SEND_HEADERS)
+        authority = method = None
+        for name, value in headers:
+            if name == ":authority" and authority is None:
+                authority = value.encode("utf-8")
+            elif name == ":method" and method is None:
+                method = value.encode("utf-8")
+        stream._authority = authority
+        stream.request_method = method
+        block = conn.encoder.encode(headers)
+        out = conn._data_to_send
+        _header_frames(out, stream_id, block, conn.max_outbound_frame_size, end_stream=not body)
+        if not body:
+            _end_stream(machine)
+            return stream_id, 0
+        size = len(body)
+        if (
+            size > conn.outbound_flow_control_window
+            or size > stream.outbound_flow_control_window
+            or size > conn.max_outbound_frame_size
+        ):
+            return stream_id, 0  # the caller splits it through h2's send_data
+        if not _OWN_SEND_TRANSITIONS:  # OPEN --SEND_DATA--> OPEN does nothing else
+            machine.process_input(StreamInputs.SEND_DATA)
+        _end_stream(machine)
+        out += size.to_bytes(3, "big") + bytes((_DATA, _END_STREAM)) + stream_id.to_bytes(4, "big")
+        out += body
+        stream.outbound_flow_control_window -= size
+        conn.outbound_flow_control_window -= size
+        return stream_id, size
     except Exception as exc:
         raise probe.KernelFault("send_request") from exc
-
-
-def _send_request(
-    conn: h2.connection.H2Connection, headers: list[tuple[str, str]], body: bytes
-) -> tuple[int, int] | None:
-    config = conn.config
-    if (
-        conn.state_machine.state is not _CLIENT_OPEN
-        or not headers
-        or (config is not PLAIN_CLIENT_CONFIG and not _plain_client(config))
-    ):
-        return None
-    highest = conn.highest_outbound_stream_id
-    stream_id = highest + 2 if highest else 1
-    if stream_id > conn.HIGHEST_ALLOWED_STREAM_ID or _at_stream_limit(conn):
-        return None
-    stream = new_stream(conn, stream_id)
-    conn.highest_outbound_stream_id = stream_id
-    machine = stream.state_machine
-    if _OWN_SEND_TRANSITIONS:  # request_sent's whole work, as h2's process_input would do it
-        machine.state = _OPEN
-        machine.client = machine.headers_sent = True
-    else:
-        machine.process_input(StreamInputs.SEND_HEADERS)
-    authority = method = None
-    for name, value in headers:
-        if name == ":authority" and authority is None:
-            authority = value.encode("utf-8")
-        elif name == ":method" and method is None:
-            method = value.encode("utf-8")
-    stream._authority = authority
-    stream.request_method = method
-    block = conn.encoder.encode(headers)
-    out = conn._data_to_send
-    _header_frames(out, stream_id, block, conn.max_outbound_frame_size, end_stream=not body)
-    if not body:
-        _end_stream(machine)
-        return stream_id, 0
-    size = len(body)
-    if (
-        size > conn.outbound_flow_control_window
-        or size > stream.outbound_flow_control_window
-        or size > conn.max_outbound_frame_size
-    ):
-        return stream_id, 0  # the caller splits it through h2's send_data
-    if not _OWN_SEND_TRANSITIONS:  # OPEN --SEND_DATA--> OPEN does nothing else
-        machine.process_input(StreamInputs.SEND_DATA)
-    _end_stream(machine)
-    out += size.to_bytes(3, "big") + bytes((_DATA, _END_STREAM)) + stream_id.to_bytes(4, "big")
-    out += body
-    stream.outbound_flow_control_window -= size
-    conn.outbound_flow_control_window -= size
-    return stream_id, size
 
 
 def _at_stream_limit(conn: h2.connection.H2Connection) -> bool:

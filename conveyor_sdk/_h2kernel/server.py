@@ -90,50 +90,44 @@ def take_frames(
     if not probe.fast:
         return [], 0
     try:
-        return _take_frames(conn, buffer, data)
+        if (
+            buffer._data  # part of an earlier frame is waiting
+            or buffer._headers_buffer  # a header block waits for CONTINUATION
+            or buffer._preamble_len
+            or conn.state_machine.state is not ConnectionState.SERVER_OPEN
+            or not isinstance(conn.decoder, FastDecoder)
+        ):
+            return [], 0
+        events: list[h2.events.Event] = []
+        offset, size = 0, len(data)
+        limit = conn.max_inbound_frame_size
+        try:
+            while size - offset >= 9 and buffer.budget > 0:
+                length = int.from_bytes(data[offset : offset + 3], "big")
+                end = offset + 9 + length
+                if end > size or length > limit:
+                    break
+                kind, flags = data[offset + 3], data[offset + 4]
+                stream_id = int.from_bytes(data[offset + 5 : offset + 9], "big")
+                payload = data[offset + 9 : end]
+                if kind == _DATA:
+                    got = _data(conn, buffer, (stream_id, flags), payload)
+                elif kind == _HEADERS:
+                    got = _headers(conn, buffer, (stream_id, flags), payload)
+                else:
+                    break
+                if got is None:
+                    break
+                events += got
+                offset = end
+        except h2.exceptions.ProtocolError as exc:
+            conn._terminate_connection(exc.error_code)  # as h2's receive_data does
+            raise
+        return events, offset
     except h2.exceptions.ProtocolError:
         raise
     except Exception as exc:
         raise probe.KernelFault("take_frames") from exc
-
-
-def _take_frames(
-    conn: h2.connection.H2Connection, buffer: GuardedFrameBuffer, data: bytes
-) -> tuple[list[h2.events.Event], int]:
-    if (
-        buffer._data  # part of an earlier frame is waiting
-        or buffer._headers_buffer  # a header block waits for CONTINUATION
-        or buffer._preamble_len
-        or conn.state_machine.state is not ConnectionState.SERVER_OPEN
-        or not isinstance(conn.decoder, FastDecoder)
-    ):
-        return [], 0
-    events: list[h2.events.Event] = []
-    offset, size = 0, len(data)
-    limit = conn.max_inbound_frame_size
-    try:
-        while size - offset >= 9 and buffer.budget > 0:
-            length = int.from_bytes(data[offset : offset + 3], "big")
-            end = offset + 9 + length
-            if end > size or length > limit:
-                break
-            kind, flags = data[offset + 3], data[offset + 4]
-            stream_id = int.from_bytes(data[offset + 5 : offset + 9], "big")
-            payload = data[offset + 9 : end]
-            if kind == _DATA:
-                got = _data(conn, buffer, (stream_id, flags), payload)
-            elif kind == _HEADERS:
-                got = _headers(conn, buffer, (stream_id, flags), payload)
-            else:
-                break
-            if got is None:
-                break
-            events += got
-            offset = end
-    except h2.exceptions.ProtocolError as exc:
-        conn._terminate_connection(exc.error_code)  # as h2's receive_data does
-        raise
-    return events, offset
 
 
 def _data(
