@@ -185,6 +185,6 @@ def event_line(e: TaskEvent, *, markup: bool) -> str:
     cells = [d["occurred_at"] or "-", f"{d['event']:<9}", d["queue"], d["type"], d["id"], d["state"]]
     cells.append(f"attempt={d['attempt']}")
     if d["last_error"]:
-        cells.append(f"error={d['last_error']!r}")
+        cells.append(f"error={d['last_error'].partition(chr(10))[0]!r}")  # one line per event
     text = "  ".join(str(c) for c in cells)
     return escape(text) if markup else text

@@ -131,7 +131,7 @@ def _task_row(t: TaskInfo) -> tuple[Any, ...]:
         t.priority,
         retried,
         iso(t.enqueued_at),
-        t.last_error,
+        t.last_error.partition("\n")[0],  # a table row shows the summary; `tasks get` shows the traceback
     )
 
 

@@ -7,10 +7,13 @@ One set of pure functions shared by every executor (in-loop, threads, child proc
   ``repr()``-ed into bytes (typed apps should return bytes or use their codec).
 * :class:`SkipRetry` raised -> ``SKIP_RETRY`` with its message.
 * any other exception -> ``RETRY`` with ``"<ExceptionType>: <message> (at <file>:<line> in <function>)"``
-  (the innermost frame; the file relative to the current directory when inside it), at most
-  :data:`MAX_ERROR_MSG` characters (the message is cut, the location kept). The outcome's
-  ``traceback`` carries the formatted traceback (at most :data:`MAX_TRACEBACK` characters,
-  without the SDK's own frames) for the worker's log; it never goes on the wire.
+  (the innermost frame; the file relative to the current directory when inside it) as the first
+  line, then the stack of that exception (the handler's frames, not the SDK's) as a traceback,
+  all within :data:`MAX_ERROR_MSG` characters: the message is cut first (the type and location
+  are kept), then the outermost frames. That is the task's ``last_error`` on the server, so the
+  dashboard and ``conveyor tasks get`` show where it failed; lists show the first line. The
+  outcome's ``traceback`` carries the full formatted traceback (at most :data:`MAX_TRACEBACK`
+  characters, chained exceptions included) for the worker's log.
 * ``BaseException`` subclasses (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``)
   -> ``RETRY`` as well; a task always gets a Result.
 * a handler interrupted by cancellation -> ``Outcome(RETRY, cancelled=True)``; the
@@ -46,6 +49,7 @@ __all__ = [
     "outcome_for_batch_return",
     "outcome_for_exception",
     "outcome_for_return",
+    "recorded_error",
     "resolve_cancelled",
 ]
 
@@ -115,6 +119,43 @@ def _sdk_frame(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_SDK_DIR + os.sep)
 
 
+def _handler_frames(exc: BaseException) -> list[_tb.FrameSummary]:
+    frames = list(_tb.extract_tb(exc.__traceback__))
+    while frames and _sdk_frame(frames[0].filename):
+        frames.pop(0)  # invoke/executor frames before the handler's own
+    return frames
+
+
+_TB_HEAD = "Traceback (most recent call last):\n"
+_TB_CUT = "  ... (outer frames cut) ...\n"
+
+
+def recorded_error(exc: BaseException) -> str:
+    """What the server records for a failed attempt: the one-line summary, then the exception's
+    stack (handler frames only), within :data:`MAX_ERROR_MSG`; outer frames go first when it is long.
+    The exception line itself is not repeated: the summary says it."""
+    summary = _describe(exc)
+    frames = _handler_frames(exc) if exc.__traceback__ is not None else []
+    room = MAX_ERROR_MSG - len(summary) - 1 - len(_TB_HEAD)
+    if not frames or room < 160:  # not enough left for one frame and its source line
+        return summary
+    lines = _tb.StackSummary.from_list(frames).format()
+    kept: list[str] = []
+    used = 0
+    for line in reversed(lines):  # innermost first: the frames nearest the failure matter most
+        cut = len(_TB_CUT) if len(kept) < len(lines) - 1 else 0
+        if used + len(line) + cut > room:
+            break
+        kept.append(line)
+        used += len(line)
+    if not kept:
+        return summary
+    body = "".join(reversed(kept))
+    if len(kept) < len(lines):
+        body = _TB_CUT + body
+    return f"{summary}\n{_TB_HEAD}{body}".rstrip("\n")
+
+
 def format_traceback(exc: BaseException) -> str:
     """The traceback of ``exc`` without the SDK's own leading frames, at most :data:`MAX_TRACEBACK` chars."""
     te = _tb.TracebackException.from_exception(exc)
@@ -151,7 +192,7 @@ def outcome_for_exception(exc: BaseException) -> Outcome:
     if isinstance(exc, TaskCancelled):
         return cancelled_outcome()
     detail = format_traceback(exc) if exc.__traceback__ is not None else ""
-    return Outcome(OutcomeKind.RETRY, error_msg=_describe(exc), traceback=detail)
+    return Outcome(OutcomeKind.RETRY, error_msg=recorded_error(exc), traceback=detail)
 
 
 def cancelled_outcome() -> Outcome:
@@ -229,7 +270,7 @@ def log_failure(
     took = "" if duration is None else f" (after {duration:.3f}s)"
     record = log.makeRecord(
         log.name, level, __file__, 0, "task %s%s failed, %s: %s%s",
-        (task_id, type_, fate, outcome.error_msg, took), None, extra={"task_id": task_id},
+        (task_id, type_, fate, outcome.error_msg.partition("\n")[0], took), None, extra={"task_id": task_id},
     )  # fmt: skip
     if outcome.traceback:
         record.exc_text = outcome.traceback.rstrip("\n")

@@ -8,6 +8,7 @@ from typing import Any
 from playwright.sync_api import expect
 
 from conveyor_sdk.client import SyncClient, task
+from conveyor_sdk.types import RetryPolicy
 from conveyor_sdk.worker import Registry, SkipRetry
 from tests.cli_client._helpers import uid
 from tests.cli_client._worker import worker_thread
@@ -60,27 +61,36 @@ def test_canceled_is_shown_as_not_reported(server_url: str, dashboard_factory: C
 def test_task_page_shows_traceback_timeline_and_run_time(
     server_url: str, dashboard_factory: Callable, page: Any
 ) -> None:
-    """A failed task's page shows the worker's full error, the timestamps in order, run time and attempt."""
+    """A failed task's page shows the worker's full error (its summary and the handler's stack), the
+    timestamps in order, run time and attempt."""
     queue = uid("q")
     reg = Registry()
 
+    def third_layer() -> bytes:
+        raise ValueError("the third layer broke")
+
     def deep(task: Any, ctx: Any) -> bytes:
-        raise SkipRetry("the third layer broke")
+        return third_layer()
 
     reg.handler("deep")(deep)
     dash = dashboard_factory(server_url)
+    fast = RetryPolicy(base=0.05, max=0.1)
     with SyncClient(server_url) as client:
-        tid = client.enqueue("deep", {"order": 7}, queue=queue, retention=600).id
+        tid = client.enqueue(
+            "deep", {"order": 7}, queue=queue, retention=600, max_retry=1, retry_policy=fast
+        ).id
         with worker_thread(server_url, reg, [queue]):
             page.goto(f"{dash.url}/tasks/{tid}")
             expect(page.locator("#task-state")).to_have_text("archived")
         error = client.get_task(tid).last_error
-    expect(page.locator("#last-error")).to_contain_text("the third layer broke")
-    assert page.locator("#last-error").inner_text() == error
+    expect(page.locator("#last-error")).to_contain_text("ValueError: the third layer broke (at ")
+    shown = page.locator("#last-error").inner_text()
+    assert shown == error and "Traceback (most recent call last):" in shown
+    assert shown.index(", in deep\n") < shown.index(", in third_layer\n")
     steps = page.locator("#timeline li").evaluate_all("els => els.map(e => e.dataset.step)")
     assert steps[0] == "enqueued" and steps[-2:] == ["started", "finished"]
     expect(page.locator("#run-time")).not_to_have_text("—")
-    expect(page.locator("#attempt")).to_contain_text("1 of at most")
+    expect(page.locator("#attempt")).to_contain_text("2 of at most")
 
 
 def test_bulk_cancel_delete_and_run_selected(server_url: str, dashboard_factory: Callable, page: Any) -> None:

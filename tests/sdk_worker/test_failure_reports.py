@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from conveyor_sdk._worker.outcomes import MAX_ERROR_MSG
+from conveyor_sdk._worker.outcomes import MAX_ERROR_MSG, outcome_for_exception
 from conveyor_sdk.client import Client
 from conveyor_sdk.types import RetryPolicy, TaskState
 from conveyor_sdk.worker import Registry, SkipRetry, TaskContext, TaskData, Worker
@@ -46,9 +46,14 @@ def test_failures_log_traceback_and_fate_and_report_the_location(
     caplog.set_level(logging.INFO, logger="conveyor")
     last_error, task_id, skip_id = asyncio.run(main())
     line = _lookup.__code__.co_firstlineno + 1
-    assert (
-        f"KeyError: 'missing' (at tests/sdk_worker/test_failure_reports.py:{line} in _lookup)" in last_error
+    summary, _, stack = last_error.partition("\n")
+    assert summary.endswith(
+        f"KeyError: 'missing' (at tests/sdk_worker/test_failure_reports.py:{line} in _lookup)"
     )
+    # below the summary, the stack the dashboard and `tasks get` show: the handler's frames, innermost last
+    assert stack.startswith("Traceback (most recent call last):\n"), last_error
+    assert stack.index(", in lookup\n") < stack.index(f"line {line}, in _lookup")
+    assert "conveyor_sdk" not in stack  # the SDK's own frames are left out
     failures = [r for r in caplog.records if r.getMessage().startswith(f"task {task_id} ")]
     fates = [r.getMessage().split(" failed, ", 1)[1].split(":", 1)[0] for r in failures]
     assert fates == ["retry 1/2", "retry 2/2", "archived after 3 attempts"]
@@ -84,3 +89,24 @@ def test_last_error_is_bounded_and_keeps_the_location(server_url: str) -> None:
     assert len(last_error) <= MAX_ERROR_MSG + len("retries exhausted: ")
     line = huge.__code__.co_firstlineno + 2
     assert last_error.endswith(f"xxx... (at tests/sdk_worker/test_failure_reports.py:{line} in huge)")
+
+
+def _ping(n: int) -> int:  # two functions in turn: tracebacks fold a frame repeated in a row, not these
+    return _pong(n - 1) if n else _lookup({})
+
+
+def _pong(n: int) -> int:
+    return _ping(n - 1)
+
+
+def test_a_deep_stack_keeps_its_innermost_frames_within_the_bound() -> None:
+    """300 frames do not fit the bound: the outer ones are cut (marked), the failing frame is kept."""
+    try:
+        _ping(300)
+    except KeyError as exc:
+        error = outcome_for_exception(exc).error_msg
+    assert len(error) <= MAX_ERROR_MSG
+    summary, _, stack = error.partition("\n")
+    assert summary.startswith("KeyError: 'missing' (at ")
+    assert stack.startswith("Traceback (most recent call last):\n  ... (outer frames cut) ...\n")
+    assert 'in _lookup\n    return table["missing"]' in stack.rsplit("File ", 1)[1]  # the last frame kept
