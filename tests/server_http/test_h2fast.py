@@ -61,9 +61,12 @@ class Side:
             if used < len(data) or not used:
                 events += self.conn.receive_data(data[used:])
             outcome: Any = [_event(e) for e in events]
-            retire_closed(self.conn)  # as H2Connection does after every read (the fast path skips h2's count)
         except h2.exceptions.ProtocolError as exc:
             outcome = ("error", type(exc).__name__, exc.error_code)
+        finally:
+            # As H2Connection does on every read (the fast path skips h2's count), a read that ends in
+            # a connection error included: h2 had already retired the closed streams when it raised.
+            retire_closed(self.conn)
         return outcome, self.conn.data_to_send(), self.frames.throttled, self.frames.empty_frames
 
     def state(self) -> tuple[Any, ...]:
