@@ -43,21 +43,28 @@ class WorkerProcess:
         except TimeoutError:
             return None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._reader, 2)
+            await asyncio.wait_for(self._reader, 1)
         return code
 
     async def aclose(self) -> None:
-        """Stop the program (SIGTERM, then SIGKILL) and reap it."""
-        if self.proc.returncode is None:
-            self.terminate()
-            if await self.wait(10) is None:
-                self.proc.kill()
-                await self.proc.wait()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(self._reader, 5)  # read to EOF so the pipe closes
-        transport = getattr(self.proc, "_transport", None)
-        if transport is not None:  # close the subprocess transport before the loop ends
-            transport.close()
+        """Stop the program (SIGTERM, then SIGKILL) and reap it.
+
+        It fits the check's 10 s closer budget (``CheckContext.aclose``): a program slow to drain is
+        killed after 5 s, and if the budget still runs out, closing the transport kills it, so no
+        program outlives its check (a leaked one surfaced later as an unclosed-transport warning).
+        """
+        try:
+            if self.proc.returncode is None:
+                self.terminate()
+                if await self.wait(5) is None:
+                    self.proc.kill()
+                    await self.proc.wait()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(self._reader, 2)  # read to EOF so the pipe closes
+        finally:
+            transport = getattr(self.proc, "_transport", None)
+            if transport is not None:  # kills a program still running, closes its pipes
+                transport.close()
         await asyncio.sleep(0)
 
 
