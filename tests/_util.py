@@ -24,6 +24,20 @@ def wait_until(
         time.sleep(interval)
 
 
+async def until(
+    predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> T:
+    """:func:`wait_until` for a plain predicate inside a running event loop (it yields, not blocks)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate!r}")
+        await asyncio.sleep(interval)
+
+
 async def eventually(
     predicate: Callable[[], Awaitable[T]], timeout: float = 10.0, interval: float = 0.02, what: str = ""
 ) -> T:

@@ -13,6 +13,7 @@ import time
 from conveyor_sdk.client import Client
 from conveyor_sdk.testing import FaultProxy
 from conveyor_sdk.worker import Registry, Worker
+from tests._util import until
 
 KA_INTERVAL, KA_TIMEOUT = 0.5, 1.0
 NOTICE_BOUND = KA_INTERVAL + KA_TIMEOUT + 0.5  # last answer, next PING, its timeout, 2-core slack
@@ -26,13 +27,6 @@ class _Warnings(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.seen.append((time.monotonic(), record.getMessage()))
-
-
-async def _until(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 def test_a_blackholed_first_address_resumes_through_the_second(server_url: str) -> None:
@@ -59,18 +53,18 @@ async def _other_address(server_url: str) -> None:
         )  # fmt: skip
         run = asyncio.create_task(worker.run(registry))
         try:
-            await _until(lambda: worker.phase == "open", 10, "the first session")
+            await until(lambda: worker.phase == "open", 10, what="the first session")
             assert worker.server == first.url
             await client.enqueue("other.work", b"", queue="other")
-            await _until(lambda: started, 10, "a task through the first address")
+            await until(lambda: started, 10, what="a task through the first address")
             first.blackhole()
             cut = time.monotonic()
-            await _until(lambda: warnings.seen, NOTICE_BOUND + 1, "the worker noticing the dead link")
+            await until(lambda: warnings.seen, NOTICE_BOUND + 1, what="the worker noticing the dead link")
             noticed, why = warnings.seen[0]
             assert noticed - cut <= NOTICE_BOUND, (noticed - cut, why)
             assert "PING" in why or "no progress" in why, why
             info = await client.enqueue("other.work", b"", queue="other")
-            await _until(lambda: any(t == info.id for _, t in started), 10, "the task after the cut")
+            await until(lambda: any(t == info.id for _, t in started), 10, what="the task after the cut")
             ran = next(at for at, t in started if t == info.id)
             assert ran - noticed <= RESUME_BOUND, f"resumed {ran - noticed:.2f}s after noticing"
             assert worker.server == second.url and worker.phase == "open"

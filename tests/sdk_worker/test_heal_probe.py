@@ -17,6 +17,7 @@ from conveyor_sdk._worker.healprobe import refused, unanswered
 from conveyor_sdk.testing import FaultProxy
 from conveyor_sdk.worker import Registry, Worker
 from conveyor_server_min.testing import ServerProcess
+from tests._util import until
 
 WORST = 0.99  # the jitter draw: every reconnect wait near its ceiling
 
@@ -40,13 +41,6 @@ def _logger(name: str) -> tuple[logging.Logger, _Lines]:
     logger.handlers[:] = [lines]
     logger.setLevel(logging.DEBUG)
     return logger, lines
-
-
-async def _until(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 def test_only_a_connect_that_found_nothing_listening_counts_as_refused() -> None:
@@ -85,10 +79,10 @@ async def _refusing_then_listening(server_url: str) -> None:
         worker = Worker(proxy.url, logger=logger, rng=lambda: WORST)
         run = asyncio.create_task(worker.run(Registry()))
         try:
-            await _until(lambda: any(w > 4 for w in lines.waits()), 20, "a reconnect wait above 4 s")
+            await until(lambda: any(w > 4 for w in lines.waits()), 20, what="a reconnect wait above 4 s")
             await proxy.heal()
             healed = time.monotonic()
-            await _until(lambda: worker.phase == "open", 5, "the session after the heal")
+            await until(lambda: worker.phase == "open", 5, what="the session after the heal")
             assert time.monotonic() - healed < 2.0
             assert any("answers again" in line for line in lines.lines), lines.lines
         finally:
@@ -110,13 +104,13 @@ async def _blackholed_then_healed(server_url: str) -> None:
         worker = Worker(proxy.url, logger=logger, rng=lambda: WORST, **options)  # type: ignore[arg-type]
         run = asyncio.create_task(worker.run(Registry()))
         try:
-            await _until(lambda: worker.phase == "open", 10, "the first session")
+            await until(lambda: worker.phase == "open", 10, what="the first session")
             proxy.blackhole()
-            await _until(lambda: any(w > 4 for w in lines.waits()), 30, "a reconnect wait above 4 s")
+            await until(lambda: any(w > 4 for w in lines.waits()), 30, what="a reconnect wait above 4 s")
             assert not any("answers again" in line for line in lines.lines), "a probe through the blackhole"
             await proxy.heal()
             healed = time.monotonic()
-            await _until(lambda: worker.phase == "open", 5, "the session after the heal")
+            await until(lambda: worker.phase == "open", 5, what="the session after the heal")
             assert time.monotonic() - healed < 2.0
         finally:
             worker.stop()
@@ -140,14 +134,14 @@ async def _dead_session_then_eofs(server_url: str) -> None:
         worker = Worker(proxy.url, logger=logger, rng=lambda: WORST, **options)  # type: ignore[arg-type]
         run = asyncio.create_task(worker.run(Registry()))
         try:
-            await _until(lambda: worker.phase == "open", 10, "the first session")
+            await until(lambda: worker.phase == "open", 10, what="the first session")
             proxy.blackhole()
-            await _until(lambda: any(w > 4 for w in lines.waits()), 40, "a reconnect wait above 4 s")
+            await until(lambda: any(w > 4 for w in lines.waits()), 40, what="a reconnect wait above 4 s")
             assert any("no answer to an HTTP/2 PING" in line for line in lines.lines)
             assert any("the connection to the server was lost" in line for line in lines.lines)
             await proxy.heal()
             healed = time.monotonic()
-            await _until(lambda: worker.phase == "open", 10, "the session after the heal")
+            await until(lambda: worker.phase == "open", 10, what="the session after the heal")
             assert time.monotonic() - healed < 2.0
         finally:
             worker.stop()
@@ -173,8 +167,8 @@ async def _accepting_but_failing() -> None:
     worker = Worker(f"http://127.0.0.1:{port}", logger=logger, rng=lambda: WORST)
     run = asyncio.create_task(worker.run(Registry()))
     try:
-        await _until(lambda: len(lines.waits()) >= 4, 20, "four reconnect waits")
-        await _until(lambda: len(accepted) >= 4, 10, "the fourth attempt")
+        await until(lambda: len(lines.waits()) >= 4, 20, what="four reconnect waits")
+        await until(lambda: len(accepted) >= 4, 10, what="the fourth attempt")
         waits = lines.waits()[:4]
         assert [round(w / WORST, 1) for w in waits] == [0.5, 1.0, 2.0, 4.0], waits
         gaps = [b - a for a, b in itertools.pairwise(accepted)]
