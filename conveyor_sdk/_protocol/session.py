@@ -469,9 +469,13 @@ class WorkerSession:
             self.phase = Phase.STOPPED
             return [Stop(None)]
         if self.phase is Phase.AWAITING_WELCOME:
-            self.phase = Phase.CLOSING
-            self._phase_deadline = now + self.close_timeout
-            return [CloseSend()]
+            # Nothing has started on a session without its Welcome, so there is nothing to
+            # drain; a half-close would wait out close_timeout on a server that never answers.
+            # Held deliveries go back with the stream's close (protocol §5.10).
+            self._held.clear()
+            self._phase_deadline = None
+            self.phase = Phase.STOPPED
+            return [Stop(None)]
         return self.tick(now)
 
     def tick(self, now: float, can_start: CanStart = _always) -> list[Action]:

@@ -211,6 +211,27 @@ def test_dispatch_and_cancel_before_welcome_are_held_not_a_reconnect(protocol: s
     _with_worker(script, reg, protocol)
 
 
+def test_stop_while_awaiting_welcome_returns_promptly() -> None:
+    """A server that opens the stream but never welcomes: stop() ends run() at once, not after the
+    set-up or close timeout (10 s each here), since nothing has started that could need a drain."""
+
+    async def main() -> None:
+        async with ScriptedPeer() as peer:
+            worker = Worker(peer.url, setup_timeout=10, close_timeout=10)
+            run = asyncio.create_task(worker.run(Registry()))
+            try:
+                await _open(peer)  # the Hello is read; no Welcome is ever sent
+                worker.stop()
+                await asyncio.wait_for(asyncio.shield(run), 3)  # far below either timeout
+            finally:
+                if not run.done():
+                    worker.stop(immediate=True)
+                await asyncio.wait_for(asyncio.gather(run, return_exceptions=True), 30)
+            assert peer.sessions_opened == 1
+
+    asyncio.run(main())
+
+
 def test_drain_heartbeats_late_dispatch_without_starting_it() -> None:
     """During a drain a late Dispatch is heartbeated, never started; the stream half-closes when idle."""
     reg = Registry()
