@@ -46,15 +46,18 @@ from conveyor_sdk._client.admin_types import (
     TaskEventType,
 )
 from conveyor_sdk._client.admin_wire import CronOptions
-from conveyor_sdk._client.connect_unary import ConnectUnaryStub
+from conveyor_sdk._client.connect_unary import ConnectWire
 from conveyor_sdk._client.convert import enqueue_result, task_info
+from conveyor_sdk._client.grpc_unary import GrpcWire
 from conveyor_sdk._client.h2transport import H2Transport
 from conveyor_sdk._client.ids import new_task_id
 from conveyor_sdk._client.options import EnqueueOptions, TaskSpec, ValidationError
+from conveyor_sdk._client.pyqwest_exchange import PyqwestExchange
 from conveyor_sdk._client.repeat import duplicates, plausibly_ours, repeated, with_ids
 from conveyor_sdk._client.retry import RetryConfig
 from conveyor_sdk._client.seal import check_reserved, seal_request, seal_request_sync
 from conveyor_sdk._client.transport import ClientConfig, Protocol, RoutedStub, UnaryCaller, WireFormat
+from conveyor_sdk._client.unary import JSON, PROTO, Exchanger, UnaryStub, Wire
 from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor
 from conveyor_sdk._gen.conveyor.v1 import service_connect as sc
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
@@ -170,6 +173,15 @@ def _pick(own: Encryptor | None, spec: TaskSpec) -> Encryptor | None:
     return own if own is not None else spec.encryption
 
 
+_TASK_SERVICE = pb.DESCRIPTOR.services_by_name["TaskService"]
+
+
+def _wire(config: ClientConfig) -> Wire:
+    """The framing of the configured protocol, with the configured codec."""
+    codec = JSON if config.wire_format == "json" else PROTO
+    return GrpcWire(codec) if config.protocol == "grpc" else ConnectWire(codec)
+
+
 class _Base:
     """Configuration, codecs and request building shared by both clients."""
 
@@ -277,28 +289,26 @@ class Client(_Base):
         self._h2s: list[H2Transport] = []
         tasks, admins = [], []
         for url in self._config.addresses:
-            tasks.append(self._task_stub(url, http, ckw))
+            tasks.append(self._task_stub(url))
             admins.append(sc.AdminServiceClient(url, http_client=http, **ckw))
         self._h2 = self._h2s[0] if self._h2s else None
-        self._tasks: Any = _one(tasks, self._caller)  # generated client or ConnectUnaryStub (same methods)
+        self._tasks: Any = _one(tasks, self._caller)  # a UnaryStub, or a RoutedStub over one per address
         self.admin = AsyncAdmin(self._caller, _one(admins, self._caller), self.codecs)
 
-    def _task_stub(self, url: str, http: pyqwest.Client, ckw: dict[str, Any]) -> Any:
-        """Task calls (the producer's hot path) run on an asyncio HTTP/2 transport: no thread hop."""
-        cfg = self._config
-        h2 = (
-            H2Transport(url, ca_pem=cfg.tls_ca_cert, keepalive=self._keepalive) if self._native_h2() else None
-        )
-        if h2 is None:
-            return sc.TaskServiceClient(url, http_client=http, **ckw)
-        self._h2s.append(h2)
-        if cfg.protocol == "connect" and cfg.wire_format == "proto":
-            return ConnectUnaryStub(h2, pb.DESCRIPTOR.services_by_name["TaskService"])
-        return sc.TaskServiceClient(url, http_client=pyqwest.Client(h2), **ckw)
+    def _task_stub(self, url: str) -> UnaryStub:
+        """Every task call (the producer's hot path) runs on one stub, whatever the protocol and format.
 
-    def _native_h2(self) -> bool:
-        """Our own HTTP/2 transport for task calls: HTTP/2 and no transport given by the caller."""
-        return self._owned and self._config.http2
+        The bytes move on our asyncio HTTP/2 transport (no thread hop), except over HTTP/1.1 and
+        on a transport the caller gave, which stay pyqwest's (docs/client.md, "Transport")."""
+        cfg = self._config
+        exchanger: Exchanger
+        if self._owned and cfg.http2:
+            h2 = H2Transport(url, ca_pem=cfg.tls_ca_cert, keepalive=self._keepalive)
+            self._h2s.append(h2)
+            exchanger = h2
+        else:
+            exchanger = PyqwestExchange(self._transport, url)
+        return UnaryStub(exchanger, _TASK_SERVICE, _wire(cfg))
 
     async def enqueue(
         self, type: str, payload: Any = None, /, *, rpc_timeout: Duration | None = None,

@@ -24,7 +24,7 @@ What it does:
   :func:`~conveyor_sdk._client.transport.translate` unwraps.
 
 :meth:`H2Transport.exchange` is the same request without pyqwest's request and response
-objects, for :mod:`~conveyor_sdk._client.connect_unary` (which speaks Connect itself).
+objects: the path of every task call of the async Client (:mod:`~conveyor_sdk._client.unary`).
 
 HTTP/1.1 (``http2=False``), the blocking :class:`~conveyor_sdk.client.SyncClient` and the admin
 service (its server stream ``watch_events`` included) stay on pyqwest.
@@ -36,12 +36,13 @@ import asyncio
 import urllib.parse
 import zlib
 from collections.abc import AsyncIterator
-from typing import NamedTuple, cast
+from typing import cast
 
 import pyqwest
 from hpack import NeverIndexedHeaderTuple
 
 from conveyor_sdk._client.h2conn import BufferedH2Conn, H2Conn, H2Stream
+from conveyor_sdk._client.unary import Exchange
 from conveyor_sdk._transport import _connect
 from conveyor_sdk._transport.keepalive import KeepaliveOptions
 from conveyor_sdk._transport.reads import wants_buffered
@@ -254,14 +255,6 @@ async def _read_body(content: object) -> bytes:
     return b"".join(parts)
 
 
-class Exchange(NamedTuple):
-    """A whole response: status, headers (lower-case names, no pseudo-headers), body."""
-
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes
-
-
 async def _read_all(conn: H2Conn, stream: H2Stream) -> Exchange:
     parts: list[bytes] = []
     chunks = stream.chunks
@@ -278,7 +271,7 @@ async def _read_all(conn: H2Conn, stream: H2Stream) -> Exchange:
     if stream.headers is None:
         raise Unavailable("the server ended the stream without a response")
     status, headers = _split_status(stream.headers)
-    return Exchange(status, headers, parts[0] if len(parts) == 1 else b"".join(parts))
+    return Exchange(status, headers, parts[0] if len(parts) == 1 else b"".join(parts), stream.trailers)
 
 
 def _split_status(raw: list[tuple[str, str]]) -> tuple[int, list[tuple[str, str]]]:

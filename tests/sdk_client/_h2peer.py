@@ -1,4 +1,4 @@
-"""A real HTTP/2 server (asyncio + h2) answering unary Connect calls, with knobs the reference lacks."""
+"""A real HTTP/2 server (asyncio + h2) answering unary Connect and gRPC calls, with extra knobs."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ class Knobs:
     answer: bool = True
     goaway_after: int | None = None  # answer this many calls, then GOAWAY(last = highest answered)
     reply: tuple[int, list[tuple[str, str]], bytes] | None = None  # (status, headers, body) instead
+    trailers: list[tuple[str, str]] | None = None  # with ``reply``: sent after the body (gRPC status)
 
 
 @dataclass
@@ -116,10 +117,14 @@ class UnaryPeer:
         resp.task.queue = "default"
         if self.knobs.reply is not None:
             status, headers, body = self.knobs.reply
-            conn.send_headers(sid, [(":status", str(status)), *headers], end_stream=not body)
+            trailers = self.knobs.trailers
+            conn.send_headers(sid, [(":status", str(status)), *headers], end_stream=not body and not trailers)
             step = conn.max_outbound_frame_size
             for at in range(0, len(body), step):
-                conn.send_data(sid, body[at : at + step], end_stream=at + step >= len(body))
+                last = at + step >= len(body) and not trailers
+                conn.send_data(sid, body[at : at + step], end_stream=last)
+            if trailers:
+                conn.send_headers(sid, trailers, end_stream=True)
         else:
             conn.send_headers(sid, [(":status", "200"), ("content-type", "application/proto")])
             conn.send_data(sid, resp.SerializeToString(), end_stream=True)

@@ -202,3 +202,37 @@ def test_connect_over_http1(url: str) -> None:
         assert client.get_task(info.id).decode() == {"v": 1}
     with pytest.raises(ValueError, match="needs HTTP/2"):
         SyncClient(url, http2=False, protocol="grpc")
+
+
+@pytest.mark.parametrize("wire_format", ["proto", "json"])
+def test_async_connect_over_http1(url: str, wire_format: str) -> None:
+    """Async Client, http2=False: the same task-call stub, its bytes moved by pyqwest over HTTP/1.1."""
+
+    async def main() -> None:
+        async with Client(url, http2=False, wire_format=wire_format) as client:  # type: ignore[arg-type]
+            info = await client.enqueue("h1", {"v": 1}, queue="h1")
+            assert (await client.get_task(info.id)).decode() == {"v": 1}
+            results = await client.enqueue_batch([task("h1", 1), task("h1", 2)])
+            assert all(r.ok for r in results)
+            with pytest.raises(NotFound):
+                await client.get_task(uid())
+            with pytest.raises(DuplicateTask):
+                await client.enqueue("h1", task_id=info.id)
+
+    asyncio.run(main())
+
+
+def test_async_http1_unreachable_server_is_unavailable() -> None:
+    """Over HTTP/1.1 a closed port is a retryable Unavailable, retried for a safe call, then raised."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    fast = RetryConfig(attempts=2, base=0.001, max_delay=0.002)
+
+    async def main() -> None:
+        async with Client(f"http://127.0.0.1:{port}", http2=False, retry=fast, timeout=5) as client:
+            with pytest.raises(Unavailable) as info:
+                await client.get_task("x")
+            assert info.value.retryable and client.statistics()["calls"] == 2
+
+    asyncio.run(main())
