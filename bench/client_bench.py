@@ -6,9 +6,10 @@ Starts ``python -m conveyor_server_min --dev`` on a free port and, in the same
 run and against the same server, measures:
 
 * ``Client`` (async, Connect + proto over h2c, validation + codec included),
-  ``Client(protocol="grpc")``, and ``SyncClient`` (sequential only);
-* ``Client`` through connectrpc's generic client on the same HTTP/2 transport (``connectrpc``
-  rows: the path every task call took before ``_client/connect_unary.py``);
+  ``Client(protocol="grpc")``, ``Client(wire_format="json")``, and ``SyncClient`` (sequential only);
+* the candidates for the async Client's task calls (see ``_client``): its one path (``UnaryStub``)
+  on our HTTP/2 transport or on pyqwest's (``pyqwest``), and connectrpc's generated client on either
+  (``connectrpc``, ``connectrpc-pyqwest``: the two other paths task calls took before ``_client/unary.py``);
 * the baseline: ``grpc.aio`` with hand-written ``channel.unary_unary`` stubs and
   the same pre-encoded payload (no validation, no codec).
 
@@ -34,16 +35,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import pyqwest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from conveyor_sdk._client.h2transport import H2Transport  # noqa: E402
+from conveyor_sdk._gen.conveyor.v1 import service_connect as sc  # noqa: E402
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb  # noqa: E402
 from conveyor_sdk.client import Client, SyncClient, task  # noqa: E402
 from conveyor_server_min.testing import ServerProcess  # noqa: E402
 
 PAYLOAD = {"user_id": 42, "email": "someone@example.com"}
+VARIANTS = ("connect", "connectrpc", "pyqwest", "connectrpc-pyqwest", "grpc", "json")
 BATCH = 1000
 
 
@@ -90,9 +94,22 @@ def baseline_stubs(channel: grpc.aio.Channel) -> tuple[Callable[..., Awaitable[p
 
 
 def _client(url: str, variant: str) -> Client:
-    if variant == "connectrpc":  # a transport given by the caller: connectrpc's generic client on it
-        return Client(url, transport=H2Transport(url))
-    return Client(url, protocol=variant)  # type: ignore[arg-type]
+    """The Client for one row: ``connect``, ``grpc``, ``json`` on the one task-call path (UnaryStub on
+    our HTTP/2 transport); ``pyqwest``: that stub over pyqwest's HTTP/2 transport (the path of
+    ``http2=False`` and ``transport=``); ``connectrpc`` / ``connectrpc-pyqwest``: connectrpc's generated
+    client on our HTTP/2 transport / on pyqwest's, the two task-call paths the Client had before."""
+    h2 = pyqwest.HTTPVersion.HTTP2
+    if variant == "pyqwest":
+        return Client(url, transport=pyqwest.HTTPTransport(http_version=h2))
+    if variant == "json":
+        return Client(url, wire_format="json")
+    if variant in ("connect", "grpc"):
+        return Client(url, protocol=variant)  # type: ignore[arg-type]
+    client = Client(url)
+    transport = H2Transport(url) if variant == "connectrpc" else pyqwest.HTTPTransport(http_version=h2)
+    http = pyqwest.Client(transport)
+    client._tasks = sc.TaskServiceClient(url, http_client=http, **client._config.connect_kwargs())
+    return client
 
 
 async def bench_ours(url: str, args: argparse.Namespace, protocol: str) -> list[Figure]:
@@ -209,15 +226,12 @@ def main() -> None:
     args = parser.parse_args()
     idle: dict[str, list[float]] = {}
     with ServerProcess(["--dev"]) as server:
-        results: dict[str, list[list[Figure]]] = {
-            "connect": [], "connectrpc": [], "grpc": [], "baseline": [], "sync": []
-        }  # fmt: skip
+        results: dict[str, list[list[Figure]]] = {key: [] for key in (*VARIANTS, "baseline", "sync")}
         if args.idle:
             idle = asyncio.run(idle_round_trips(server.url, args.idle, args.gap_ms / 1000))
         for _ in range(args.rounds):
-            results["connect"].append(asyncio.run(bench_ours(server.url, args, "connect")))
-            results["connectrpc"].append(asyncio.run(bench_ours(server.url, args, "connectrpc")))
-            results["grpc"].append(asyncio.run(bench_ours(server.url, args, "grpc")))
+            for variant in VARIANTS:
+                results[variant].append(asyncio.run(bench_ours(server.url, args, variant)))
             results["baseline"].append(asyncio.run(bench_baseline(server.url, args)))
             results["sync"].append([bench_sync(server.url, args)])
         code = server.stop()
@@ -225,7 +239,7 @@ def main() -> None:
         f"client benchmark: {args.calls} unary calls, {args.batches}x{BATCH} batch items,"
         f" best of {args.rounds}"
     )
-    for key in ("connect", "connectrpc", "grpc", "sync", "baseline"):
+    for key in (*VARIANTS, "sync", "baseline"):
         figures = best(results[key])
         for fig in figures:
             print(fig.line("item" if "Batch" in fig.name else "call"))
