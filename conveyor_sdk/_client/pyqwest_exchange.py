@@ -28,12 +28,15 @@ __all__ = ["PyqwestExchange"]
 class PyqwestExchange:
     """``exchange()`` for :class:`~conveyor_sdk._client.unary.UnaryStub` over one pyqwest transport."""
 
-    __slots__ = ("_prefix", "_transport")
+    __slots__ = ("_http", "_prefix", "_transport")
 
     def __init__(self, transport: pyqwest.Transport, address: str) -> None:
         parts = urllib.parse.urlsplit(address)
         self._prefix = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
         self._transport = transport
+        # Client.post reads the whole answer on pyqwest's side: one hand-over back to the event
+        # loop per call instead of one per body chunk (docs/client.md, "Transport", has the figures).
+        self._http = pyqwest.Client(transport)
 
     def __repr__(self) -> str:
         return f"<PyqwestExchange {self._prefix} {type(self._transport).__name__}>"
@@ -42,16 +45,12 @@ class PyqwestExchange:
         self, path: str, fields: tuple[tuple[str, str], ...], body: bytes, seconds: float | None
     ) -> Exchange:
         """POST ``body`` to ``path`` and read the whole answer within ``seconds`` (TimeoutError after)."""
-        request = pyqwest.Request("POST", self._prefix + path, pyqwest.Headers(fields), body)
         async with asyncio.timeout(seconds):
             try:
-                response = await self._transport.execute(request)
-                async with response:
-                    parts = [bytes(chunk) async for chunk in response.content]
-                    trailers = list(response.trailers.items())
-                    headers = [(k, v) for k, v in response.headers.items() if k != "content-encoding"]
+                response = await self._http.post(self._prefix + path, fields, body)
             except (ConveyorError, TimeoutError, asyncio.CancelledError):
                 raise
             except Exception as exc:  # pyqwest's and the OS's errors: the isolation point for them
                 raise Unavailable(str(exc) or type(exc).__name__) from exc
-        return Exchange(response.status, headers, b"".join(parts), trailers)
+        headers = [(k, v) for k, v in response.headers.items() if k != "content-encoding"]
+        return Exchange(response.status, headers, bytes(response.content), list(response.trailers.items()))
