@@ -77,6 +77,7 @@ def _presence() -> None:
     stream = H2Stream(1, config=conn.config, inbound_window_size=65535, outbound_window_size=65535)
     _has(stream, "_inbound_window_manager _expected_content_length _actual_content_length _authority")
     _has(stream, "_initialize_content_length receive_data receive_headers")
+    _has(stream, "_build_hdr_validation_flags _process_received_headers")
     _has(stream.state_machine, "headers_sent stream_closed_by client")
     _has(conn.encoder.header_table, "resized", bool)
     _need(client_fast._OWN_SEND_TRANSITIONS, "h2.stream._transitions: the request-sending rows changed")
@@ -166,6 +167,45 @@ def _round_trip() -> None:
     _need(3 not in fc.streams, "retire_closed kept a closed stream")
 
 
+def _repeated_answer() -> None:
+    """The same response block read twice (the second time from ``processed_headers``): the same
+    events and stream state as h2's ``receive_data`` on a twin pair, for answers with and without
+    a body, and trailers."""
+    fc, fs, _ = _pair(_fast_client, False)
+    pc, ps, _ = _pair(lambda: h2.connection.H2Connection(config=PLAIN_CLIENT_CONFIG), False)
+    fc.decoder = FastDecoder()
+    answer = [(":status", "200"), ("content-type", "application/proto"), ("content-length", "3")]
+    for sid in (1, 3, 5):
+        for client, srv in ((fc, fs), (pc, ps)):
+            client.send_headers(sid, _HEADERS, end_stream=True)
+            srv.receive_data(client.data_to_send())
+            srv.send_headers(sid, answer)
+            srv.send_data(sid, b"abc")
+            srv.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+        data = fs.data_to_send()
+        _need(data == ps.data_to_send(), "the twin servers answered differently")
+        fast_events, used = client_fast.take_response_frames(fc, data)
+        if sid == 1:  # the first answer adds its fields to the HPACK table: h2 reads it
+            fast_events += fc.receive_data(data[used:])
+        else:
+            _need(used == len(data), "take_response_frames left a repeated answer to h2")
+        _need(
+            _shape(fast_events) == _shape(pc.receive_data(data)),
+            "a remembered header block gave other events",
+        )
+        fast, public = fc.streams[sid], pc.streams[sid]
+        _need(
+            vars(fast.state_machine) == vars(public.state_machine),
+            "a remembered block moved the stream otherwise",
+        )
+        _need(
+            (fast._expected_content_length, fast._actual_content_length)
+            == (public._expected_content_length, public._actual_content_length),
+            "a remembered block counted the content length otherwise",
+        )
+    _need(len(getattr(fc, "processed_headers", ())) == 2, "response header blocks were not remembered")
+
+
 def _unary_answer() -> None:
     """send_unary and h2's send_headers + send_data(end_stream=True): the same events at the client,
     the same stream state and windows at the server."""
@@ -215,6 +255,7 @@ def run() -> None:
     try:
         _presence()
         _round_trip()
+        _repeated_answer()
         _unary_answer()
         _session_and_goaway()
     except ProbeFailed as exc:

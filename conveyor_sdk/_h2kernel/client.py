@@ -46,6 +46,12 @@ class Connection(h2.connection.H2Connection):
     GOAWAY hook; :class:`PublicConnection` does the same through public methods.)
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Response header blocks h2 has already normalized and validated (see client_fast's
+        # _receive_headers): a unary client reads the same few blocks on every call.
+        self.processed_headers: dict[tuple[int, Any], tuple[list[Any], list[Any]]] = {}
+
     def _receive_goaway_frame(self, frame: Any) -> Any:
         keep = _keeps(self, frame.error_code, frame.last_stream_id)
         saved = bytes(self._data_to_send)

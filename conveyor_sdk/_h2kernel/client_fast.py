@@ -16,7 +16,9 @@ import h2.connection
 import h2.exceptions
 import h2.stream
 from h2.connection import ConnectionState
+from h2.events import TrailersReceived
 from h2.stream import H2StreamStateMachine, StreamInputs, StreamState
+from h2.utilities import is_informational_response
 
 from conveyor_sdk._h2kernel import probe
 from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG
@@ -46,6 +48,7 @@ _CONTINUATION = 0x9
 _END_STREAM = 0x1
 _END_HEADERS = 0x4
 _HEADER = 9
+_MAX_PROCESSED = 64  # processed response header blocks remembered per connection
 _FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits, as 8 + 16), type, flags, stream id
 
 
@@ -206,9 +209,7 @@ def _take_response_frames(conn: h2.connection.H2Connection, data: bytes) -> tupl
                 headers = decoder.decode_cached(payload)
                 if headers is None:
                     break
-                frames, got = stream.receive_headers(
-                    headers, bool(flags & _END_STREAM), conn.config.header_encoding
-                )
+                frames, got = _receive_headers(stream, headers, bool(flags & _END_STREAM), conn)
             else:
                 break
             conn._prepare_for_sending(frames)
@@ -218,6 +219,48 @@ def _take_response_frames(conn: h2.connection.H2Connection, data: bytes) -> tupl
         conn._terminate_connection(exc.error_code)  # as h2's receive_data does
         raise
     return events, offset
+
+
+def _receive_headers(
+    stream: h2.stream.H2Stream, headers: list[Any], end_stream: bool, conn: h2.connection.H2Connection
+) -> tuple[list[Any], list[Any]]:
+    """h2's ``H2Stream.receive_headers`` for a response block, its header processing remembered.
+
+    A unary client reads the same block (``:status 200``, the media type, ...) on every call, and
+    h2 normalizes, validates and decodes it anew each time: about a sixth of the producer's CPU
+    (docs/performance.md, "Producer"). That processing is a function of the header list, the
+    validation flags and the connection's settings only, so the result h2 computed for a block
+    (the same list object: :meth:`.FastDecoder.decode_cached` hands out one per remembered block)
+    under the same flags is reused. What h2 raises is never remembered: a bad block is rejected
+    by h2 every time. State transitions, content length and trailers are h2's, run as
+    ``receive_headers`` runs them (compared with h2's own on twin connections at import:
+    ``checks._repeated_answer``).
+    """
+    memo = getattr(conn, "processed_headers", None)
+    if memo is None or is_informational_response(headers):
+        return stream.receive_headers(headers, end_stream, conn.config.header_encoding)
+    machine = stream.state_machine
+    events = machine.process_input(StreamInputs.RECV_HEADERS)
+    event: Any = events[0]
+    if end_stream:
+        ended = machine.process_input(StreamInputs.RECV_END_STREAM)
+        event.stream_ended = ended[0]
+        events += ended
+    stream._initialize_content_length(headers)
+    if isinstance(event, TrailersReceived) and not end_stream:
+        raise h2.exceptions.ProtocolError("Trailers must have END_STREAM set")
+    validation = stream._build_hdr_validation_flags(events)
+    key = (id(headers), validation)
+    known = memo.get(key)
+    if known is None or known[0] is not headers:
+        processed = stream._process_received_headers(headers, validation, conn.config.header_encoding)
+        if len(memo) >= _MAX_PROCESSED:
+            memo.clear()
+        memo[key] = (headers, processed)
+    else:
+        processed = known[1]
+    event.headers = list(processed)  # the event's own list, as h2 gives each event
+    return [], events
 
 
 def send_request(

@@ -13,6 +13,7 @@ import h2.settings
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from conveyor_sdk._h2kernel.client import Connection
 from conveyor_sdk._h2kernel.client_fast import take_response_frames
 from conveyor_sdk._h2kernel.hpackfast import FastDecoder
 from conveyor_sdk.client import Client
@@ -44,8 +45,10 @@ _ACTION = st.one_of(
 )
 
 
-def _client() -> h2.connection.H2Connection:
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+def _client(kernel: bool = False) -> h2.connection.H2Connection:
+    """A client connection; ``kernel``: the kernel's own (it remembers processed header blocks)."""
+    config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+    conn = Connection(config=config) if kernel else h2.connection.H2Connection(config)
     conn.decoder = FastDecoder()
     conn.initiate_connection()
     for sid in STREAMS:
@@ -116,7 +119,7 @@ def _state(conn: h2.connection.H2Connection) -> tuple[Any, ...]:
 def test_fast_path_matches_h2(actions: list[tuple[Any, ...]], cuts: list[Any]) -> None:
     """Any mix of response frames, each action's bytes cut anywhere (or not): the same events, errors,
     stream states, windows and bytes back as h2's parser alone."""
-    fast, plain = _client(), _client()
+    fast, plain = _client(kernel=True), _client()
     srv = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
     srv.initiate_connection()
     preface = fast.data_to_send()
@@ -145,8 +148,9 @@ def test_fast_path_matches_h2(actions: list[tuple[Any, ...]], cuts: list[Any]) -
 
 
 def test_an_ordinary_response_skips_h2s_parser() -> None:
-    """HEADERS + DATA(END_STREAM) of an answered call are taken by the fast path once the block is known."""
-    conn = _client()
+    """HEADERS + DATA(END_STREAM) of an answered call are taken by the fast path once the block is known,
+    and h2's processing of that block (normalize, validate, decode) is done once and remembered."""
+    conn = _client(kernel=True)
     srv = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
     srv.initiate_connection()
     srv.receive_data(conn.data_to_send())
@@ -162,7 +166,9 @@ def test_an_ordinary_response_skips_h2s_parser() -> None:
         taken.append(used == len(data))
         kinds = [type(e).__name__ for e in events]
         assert kinds == ["ResponseReceived", "DataReceived", "StreamEnded"]
+        assert events[0].headers == [(":status", "200"), ("content-type", "application/proto")]
     assert taken[1:] == [True, True]  # the first block added to the dynamic table: hpack read it
+    assert len(conn.processed_headers) == 1  # type: ignore[attr-defined]  # streams 3 and 5: one block
 
 
 def test_real_calls_take_the_fast_path() -> None:
