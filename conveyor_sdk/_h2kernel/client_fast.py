@@ -227,8 +227,8 @@ def _receive_headers(
     """h2's ``H2Stream.receive_headers`` for a response block, its header processing remembered.
 
     A unary client reads the same block (``:status 200``, the media type, ...) on every call, and
-    h2 normalizes, validates and decodes it anew each time: about a sixth of the producer's CPU
-    (docs/performance.md, "Producer"). That processing is a function of the header list, the
+    h2 normalizes, validates and decodes it anew each time (docs/performance.md, "Producer, second
+    pass", has the profile and the command). That processing is a function of the header list, the
     validation flags and the connection's settings only, so the result h2 computed for a block
     (the same list object: :meth:`.FastDecoder.decode_cached` hands out one per remembered block)
     under the same flags is reused. What h2 raises is never remembered: a bad block is rejected
