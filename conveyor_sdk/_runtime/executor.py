@@ -139,9 +139,11 @@ class ProcessExecutor(Fleet):
     def _hand_to(
         self, child: ChildProc, job: Job, control: JobControl, pool: Pool
     ) -> asyncio.Future[list[Outcome]]:
-        # The RunJob leaves first: the child's wake-up then overlaps the bookkeeping below. Its
-        # JobDone is read on a later loop turn, after ``running`` is registered.
-        child.send(pipe.job_to_msg(job))
+        # To an idle child the RunJob leaves first: the child's wake-up then overlaps the
+        # bookkeeping below. A child already running jobs gets it with the turn's other frames,
+        # in one write (it is awake, reading between jobs). Its JobDone is read on a later loop
+        # turn, after ``running`` is registered.
+        child.send(pipe.job_to_msg(job), soon=bool(child.jobs))
         running = RunningJob(
             job, control, child, asyncio.get_running_loop().create_future(), time.monotonic()
         )

@@ -3,7 +3,9 @@ once, the rest of that turn leave together.
 
 A RunJob is on the latency path of every task (Dispatch -> handler start), so it must not wait
 for the next event-loop iteration; a burst (many JobDones, a RunJob per freed slot) still costs at
-most two writes per iteration instead of one per frame.
+most two writes per iteration instead of one per frame. A frame sent with ``soon=True`` (a RunJob
+for a child that is already running jobs: it reads its pipe between them anyway) waits for the
+turn's end too, so a busy pipe costs one write per iteration.
 """
 
 from __future__ import annotations
@@ -24,13 +26,17 @@ class Outbox:
         self._pending: list[bytes] = []
         self._turn_open = False  # a frame went out in this loop turn; later ones wait for flush()
 
-    def send(self, frame: bytes) -> None:
+    def send(self, frame: bytes, *, soon: bool = False) -> None:
+        """Write ``frame`` now if it is the turn's first; else (or with ``soon``) at the turn's end."""
         if self._turn_open:
             self._pending.append(frame)
             return
         self._turn_open = True
         asyncio.get_running_loop().call_soon(self.flush)
-        self._write(frame)
+        if soon:
+            self._pending.append(frame)
+        else:
+            self._write(frame)
 
     def flush(self) -> None:
         """Write what waits (also at shutdown); the next frame leaves at once again."""

@@ -212,10 +212,10 @@ class ChildProc:
         except (AttributeError, OSError):
             self._pidfd = -1  # no pidfd: the supervisor's tick polls instead
 
-    def send(self, message: pipe.PipeMessage) -> None:
-        """Send a frame (see :class:`Outbox`: the first of a loop turn leaves at once)."""
+    def send(self, message: pipe.PipeMessage, *, soon: bool = False) -> None:
+        """Send a frame (see :class:`Outbox`: the first of a loop turn leaves at once, unless ``soon``)."""
         if self._writer is not None and not self._writer.is_closing():
-            self._outbox.send(pipe.encode(message))
+            self._outbox.send(pipe.encode(message), soon=soon)
 
     def kill(self, note: str) -> None:
         """SIGKILL the child's whole process group."""

@@ -46,3 +46,30 @@ async def _scenario() -> None:
 def test_first_frame_leaves_before_the_loop_turns() -> None:
     """A RunJob must not wait for the next iteration; later frames of the turn wait for one flush."""
     asyncio.run(_scenario())
+
+
+async def _soon_scenario() -> None:
+    rfd, wfd = os.pipe()
+    os.set_blocking(rfd, False)
+    loop = asyncio.get_running_loop()
+    writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(wfd, "wb", 0))
+    try:
+        box = Outbox(lambda: writer)
+        box.send(b"busy1", soon=True)
+        box.send(b"busy2", soon=True)
+        assert _readable(rfd) == b""  # a busy child's RunJobs wait for the turn's end
+        await asyncio.sleep(0)
+        assert _readable(rfd) == b"busy1busy2"  # ... and leave in one write
+        box.send(b"idle")  # the next turn's first urgent frame still leaves at once
+        assert _readable(rfd) == b"idle"
+        box.send(b"later", soon=True)
+        await asyncio.sleep(0)
+        assert _readable(rfd) == b"later"
+    finally:
+        writer.close()
+        os.close(rfd)
+
+
+def test_soon_frames_wait_for_the_turn_even_when_first() -> None:
+    """Frames sent with soon=True (a busy child's RunJobs) leave together at the turn's end, not at once."""
+    asyncio.run(_soon_scenario())
