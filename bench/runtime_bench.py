@@ -15,6 +15,7 @@ moment the server counts all N completed. Supervisor CPU is the worker
 process's own utime+stime from /proc (children are separate processes).
 
     .venv/bin/python bench/runtime_bench.py [--quick] [--baseline REV [--repeats 3]]
+    .venv/bin/python bench/runtime_bench.py --cpu-slots default,2,4 [--repeats 3]
 
 ``--baseline REV`` instead compares this tree's worker with the worker of git revision REV
 (``conveyor_sdk`` and ``cli`` extracted with ``git archive``; the server is this tree's), on
@@ -281,15 +282,50 @@ def compare(rev: str, repeats: int, n: int) -> None:
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
+def cpu_slots(values: list[str], repeats: int, n: int) -> None:
+    """5 ms CPU-bound tasks on 2 processes at each ``--concurrency`` value (``default``: none given),
+    interleaved: where the machine's CPU went (children, supervisor, server) and how fed the children were."""
+    runs: dict[str, list[tuple[float, float, float, float, float]]] = {v: [] for v in values}
+    with tempfile.TemporaryDirectory() as tmp, ServerProcess(["--lease-ttl", "60s"]) as server:
+        folder = Path(tmp)
+        (folder / "bench_app.py").write_text(APP)
+        assert server.proc is not None
+        for i in range(repeats):
+            for value in values if i % 2 == 0 else values[::-1]:
+                extra = () if value == "default" else ("--concurrency", value)
+                cpu0 = _cpu_seconds(server.proc.pid)
+                r = scenario(server, folder, value, "cpu", n, "--processes", "2", *extra)
+                srv = (_cpu_seconds(server.proc.pid) - cpu0) / r.seconds
+                row = (r.rate, r.child_cores, sum(r.child_fed), r.sup_cpu / r.seconds, srv)
+                runs[value].append(row)
+                print(f"  --concurrency {value:<8}{row[0]:>6.0f} tasks/s  children {row[1]:.2f} cores, fed "
+                      f"{row[2] * 100:.0f}%  supervisor {row[3]:.2f}  server {row[4]:.2f} cores")  # fmt: skip
+    print(f"\n5 ms CPU tasks, --processes 2, {n} tasks, {repeats} runs each; medians")
+    head = f"{'--concurrency':<15}{'tasks/s':>8}{'children cores':>16}{'fed (sum)':>11}"
+    print(f"{head}{'sup cores':>11}{'server':>8}")
+    for value, rows in runs.items():
+        med = [statistics.median(r[k] for r in rows) for k in range(5)]
+        print(f"{value:<15}{med[0]:>8.0f}{med[1]:>16.2f}{med[2] * 100:>10.0f}%{med[3]:>11.2f}{med[4]:>8.2f}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer tasks")
     parser.add_argument("--pairs", type=int, default=3, help="alternating CPU-bound 1-/2-process runs")
     parser.add_argument("--baseline", metavar="REV", help="compare the no-op scenarios with REV's worker")
     parser.add_argument("--repeats", type=int, default=3, help="runs per side with --baseline")
+    parser.add_argument(
+        "--cpu-slots",
+        metavar="LIST",
+        help="only the CPU-bound scenario on 2 processes at these --concurrency values, e.g. default,2,4",
+    )
     opts = parser.parse_args()
     cpu_n, noop_n = (200, 2000) if opts.quick else (600, 8000)
     ENV["BENCH_ROUNDS"] = str(calibrate())
+    if opts.cpu_slots:
+        cpu_slots(opts.cpu_slots.split(","), max(1, opts.repeats), cpu_n)
+        return
     if opts.baseline:
         compare(opts.baseline, max(1, opts.repeats), noop_n)
         return
