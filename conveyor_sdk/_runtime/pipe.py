@@ -259,12 +259,15 @@ def outcome_to_msg(outcome: Outcome) -> OutcomeMsg:
     )
 
 
+_KINDS = {int(kind): kind for kind in OutcomeKind}
+_SUCCESS = Outcome(OutcomeKind.SUCCESS)  # frozen: one instance serves every plain success
+
+
 def outcome_from_msg(msg: OutcomeMsg) -> Outcome:
     """Outcome from its frame form; an unknown kind is read defensively as RETRY."""
-    try:
-        kind = OutcomeKind(msg.kind)
-    except ValueError:
-        kind = OutcomeKind.RETRY
+    kind = _KINDS.get(msg.kind, OutcomeKind.RETRY)
+    if kind is OutcomeKind.SUCCESS and not (msg.error_msg or msg.result or msg.cancelled or msg.traceback):
+        return _SUCCESS  # the supervisor reads one per finished task
     return Outcome(
         kind=kind,
         error_msg=msg.error_msg,

@@ -44,6 +44,19 @@ def test_outcomes_round_trip_and_unknown_kind_reads_as_retry() -> None:
     assert pipe.outcome_from_msg(pipe.OutcomeMsg(99)).kind is OutcomeKind.RETRY
 
 
+def test_every_outcome_kind_and_field_survives_the_pipe() -> None:
+    """Each kind round-trips; a success keeps its result bytes, traceback and cancelled flag."""
+    for kind in OutcomeKind:
+        for out in (
+            Outcome(kind),
+            Outcome(kind, result=b"r"),
+            Outcome(kind, "why", cancelled=True),
+            Outcome(kind, traceback="Traceback ..."),
+        ):
+            back = pipe.outcome_from_msg(pipe.outcome_to_msg(out))
+            assert (back, back.traceback) == (out, out.traceback)
+
+
 @given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=20))
 def test_frames_split_at_any_boundary_decode_in_order(cuts: list[int]) -> None:
     """Feeding the byte stream in arbitrary pieces yields the same messages in order."""
