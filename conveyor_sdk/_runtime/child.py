@@ -104,6 +104,7 @@ class ChildLoop:
         self.writer: asyncio.WriteTransport | None = None
         self.outbox = Outbox(lambda: self.writer)
         self.metrics_dropped = 0  # STORE.dropped as last reported
+        self._sink: ProgressSink | None = None
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -187,6 +188,12 @@ class ChildLoop:
         os._exit(0)
 
     def _progress_sink(self) -> ProgressSink:
+        """The one sink every job reports progress through (built once: it only needs the loop)."""
+        if self._sink is None:
+            self._sink = self._new_progress_sink()
+        return self._sink
+
+    def _new_progress_sink(self) -> ProgressSink:
         loop = asyncio.get_running_loop()
         loop_thread = threading.get_ident()
 
