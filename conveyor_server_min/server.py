@@ -36,10 +36,11 @@ from ._http.listener import HttpProtocol, Hub, make_ssl_context
 from ._http.metrics import MetricsListener
 from ._http.rpc import Router
 
-__all__ = ["Server", "WebAppError", "WebFactory", "run", "start_or_report"]
+__all__ = ["MEMORY_HOST", "Server", "WebAppError", "WebFactory", "run", "start_or_report"]
 
 log = logging.getLogger("conveyor.server")
 
+MEMORY_HOST = "in-memory.invalid"  # the URL host of a server started with ``listen=False``
 WebFactory = Callable[[str], AsgiApp]  # the server's URL -> the ASGI app to serve beside the RPCs
 
 
@@ -74,6 +75,7 @@ class Server:
         self._hub: Hub | None = None
         self._stopped = asyncio.Event()
         self._stopping = False
+        self._started = False
         self._metrics: MetricsListener | None = None
         self.url = ""
         self.metrics_url = ""  # http://HOST:PORT/metrics once started with ``config.metrics_port``
@@ -86,7 +88,7 @@ class Server:
         return self._services
 
     def __repr__(self) -> str:
-        state = "stopping" if self._stopping else "serving" if self._server is not None else "new"
+        state = "stopping" if self._stopping else "serving" if self._started else "new"
         return f"Server(url={self.url!r}, state={state})"
 
     def statistics(self) -> dict[str, int | str]:
@@ -96,10 +98,14 @@ class Server:
         return {"url": self.url, "connections": len(conns), "streams": streams}
 
     def _ready(self) -> bool:
-        return self._server is not None and not self._stopping
+        return self._started and not self._stopping
 
-    async def start(self) -> str:
-        """Start services and bind; returns the URL clients should use."""
+    async def start(self, *, listen: bool = True) -> str:
+        """Start services and bind; returns the URL clients should use.
+
+        ``listen=False`` binds nothing (no listener, no web application, no metrics port):
+        connections come only through :meth:`accept` (an in-memory pair in tests), and the URL
+        names no real host."""
         config = self.config
         if self._services is None:
             self._services = load_services(config.engine, config.db)
@@ -115,6 +121,10 @@ class Server:
         ssl_ctx = (
             make_ssl_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
         )
+        if not listen:
+            self.url = f"{config.scheme}://{MEMORY_HOST}"
+            self._started = True
+            return self.url
         hub = self._hub
         try:
             self._server = await asyncio.get_running_loop().create_server(
@@ -123,6 +133,7 @@ class Server:
         except BaseException:
             await self._services.stop()
             raise
+        self._started = True
         sockname = self._server.sockets[0].getsockname()
         host = sockname[0]
         shown = f"[{host}]" if ":" in host else host
@@ -141,6 +152,13 @@ class Server:
             eventloop.loop_kind(asyncio.get_running_loop()),
         )
         return self.url
+
+    def accept(self) -> asyncio.Protocol:
+        """The protocol of one new connection, as the listener makes for each accepted socket; the
+        caller joins it to a transport (``conveyor_sdk.testing.memory`` joins an in-memory pair)."""
+        if self._hub is None or self._stopping:
+            raise RuntimeError("server not started, or stopping")
+        return HttpProtocol(self._hub)
 
     async def _start_web(self, router: Router, address: tuple[str, int]) -> None:
         assert self._web_factory is not None

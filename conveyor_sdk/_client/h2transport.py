@@ -69,7 +69,9 @@ class H2Transport:
         ca_pem: bytes | None = None,
         connect_timeout: float = 10.0,
         keepalive: KeepaliveOptions | None = DEFAULT_KEEPALIVE,
+        dialer: _connect.Dialer = _connect.dial_tcp,
     ) -> None:
+        self._dialer = dialer  # how connections are opened: TCP, or an in-memory pair in tests
         self._target = _connect.parse_target(address)
         parts = urllib.parse.urlsplit(address)
         self._prefix = f"{parts.scheme}://{parts.netloc}"
@@ -220,11 +222,10 @@ class H2Transport:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 protocol = BufferedH2Conn if wants_buffered(loop) else H2Conn
-                transport, conn = await loop.create_connection(
+                transport, conn = await self._dialer(
                     lambda: protocol(target, self._keepalive),
-                    target.host,
-                    target.port,
-                    ssl=self._ssl,
+                    target,
+                    tls=self._ssl,
                     server_hostname=server_hostname,
                 )
         except ConveyorError as exc:

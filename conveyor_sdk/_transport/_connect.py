@@ -6,13 +6,15 @@ here and only here.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import socket
 import ssl
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from hpack import NeverIndexedHeaderTuple
 
@@ -22,9 +24,11 @@ from conveyor_sdk._transport.options import TLSOptions, TransportOptions
 from conveyor_sdk.errors import ConveyorError, InvalidArgument, Unavailable
 
 __all__ = [
+    "Dialer",
     "Target",
     "check_alpn",
     "connect_error",
+    "dial_tcp",
     "parse_target",
     "request_headers",
     "tcp_keepalive",
@@ -60,6 +64,39 @@ def parse_target(url: str) -> Target:
         raise InvalidArgument(f"server URL {url!r} has no host")
     default = 443 if parts.scheme == "https" else 80
     return Target(parts.scheme, parts.hostname, port or default)
+
+
+_P = TypeVar("_P", bound=asyncio.BaseProtocol)
+
+
+class Dialer(Protocol):
+    """How a connection is opened: :func:`dial_tcp` (the default) or, in tests, an in-memory pair
+    joined to an in-process server (``conveyor_sdk.testing.memory``). Returns the transport and
+    the protocol ``factory`` built, once the protocol has seen ``connection_made``; failures are
+    raised as the OS or ssl raise them (:func:`connect_error` translates them)."""
+
+    async def __call__(
+        self,
+        factory: Callable[[], _P],
+        target: Target,
+        *,
+        tls: ssl.SSLContext | None,
+        server_hostname: str | None,
+    ) -> tuple[asyncio.Transport, _P]: ...
+
+
+async def dial_tcp(
+    factory: Callable[[], _P],
+    target: Target,
+    *,
+    tls: ssl.SSLContext | None,
+    server_hostname: str | None,
+) -> tuple[asyncio.Transport, _P]:
+    """Open a TCP (or TLS) connection to ``target`` on the running loop."""
+    loop = asyncio.get_running_loop()
+    return await loop.create_connection(
+        factory, target.host, target.port, ssl=tls, server_hostname=server_hostname
+    )
 
 
 def request_headers(target: Target, path: str, options: TransportOptions) -> list[tuple[str, str]]:

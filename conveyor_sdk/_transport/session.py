@@ -385,11 +385,16 @@ def _invalid(exc: Exception) -> Internal:
 
 
 async def open_session(
-    url: str, options: TransportOptions | None = None, *, path: str = DEFAULT_PATH
+    url: str,
+    options: TransportOptions | None = None,
+    *,
+    path: str = DEFAULT_PATH,
+    dialer: _connect.Dialer = _connect.dial_tcp,
 ) -> SessionStream:
     """Connect to ``url`` and open the session stream (request HEADERS sent; no response awaited).
 
     ``http://`` uses h2c with prior knowledge; ``https://`` uses TLS with ALPN ``h2``.
+    ``dialer`` opens the connection (TCP by default; tests pass an in-memory one).
     Raises :class:`~conveyor_sdk.errors.Unavailable` when the server cannot be reached and
     :class:`~conveyor_sdk.errors.InvalidArgument` for a bad URL or unreadable TLS files.
     """
@@ -407,12 +412,8 @@ async def open_session(
     try:
         async with asyncio.timeout(options.connect_timeout):
             protocol = _BufferedSocketProtocol if wants_buffered(loop) else _SocketProtocol
-            transport, _ = await loop.create_connection(
-                lambda: protocol(stream),
-                target.host,
-                target.port,
-                ssl=ssl_ctx,
-                server_hostname=server_hostname,
+            transport, _ = await dialer(
+                lambda: protocol(stream), target, tls=ssl_ctx, server_hostname=server_hostname
             )
     except ConveyorError:
         raise

@@ -1,0 +1,84 @@
+"""The reference server in the test's own event loop, reached through in-memory connections.
+
+For SDK tests that need a real server as a peer but are not about sockets: no subprocess to
+start, no port, and the engine can run on a virtual clock. The worker session and the producer
+client connect with their ordinary code; only the dialer differs::
+
+    async with MemoryServer() as server:
+        stream = await open_session(server.url, options, dialer=server.dial)
+        transport = H2Transport(server.url, dialer=server.dial)
+
+Each connection is a :func:`~conveyor_sdk._h2kernel.memory.connect_pair` between the client's
+protocol and the server's connection handler (``Server.accept``), so both run exactly the HTTP/2
+kernel code they run over TCP. There is no TLS; a test of TLS, of the listener or of anything
+the operating system does to a connection still needs a real server (``ServerProcess``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from types import TracebackType
+from typing import Self, TypeVar
+
+from conveyor_sdk._h2kernel.memory import MemoryTransport, connect_pair
+from conveyor_sdk._transport._connect import Target
+from conveyor_sdk.errors import InvalidArgument
+from conveyor_server_min.config import ServerConfig
+from conveyor_server_min.server import Server
+from conveyor_server_min.service_api import ServiceSet
+
+__all__ = ["MemoryServer"]
+
+_P = TypeVar("_P", bound=asyncio.BaseProtocol)
+
+
+class MemoryServer:
+    """A started :class:`~conveyor_server_min.server.Server` bound to no port (``async with``)."""
+
+    def __init__(self, config: ServerConfig | None = None, *, services: ServiceSet | None = None) -> None:
+        self.server = Server(config or ServerConfig(dev=True), services=services)
+        self.url = ""
+        self.transports: list[MemoryTransport] = []  # the client ends, oldest first
+
+    def __repr__(self) -> str:
+        return f"<MemoryServer {self.server!r} connections={self.connections}>"
+
+    @property
+    def connections(self) -> int:
+        """Connections dialed so far."""
+        return len(self.transports)
+
+    async def start(self) -> str:
+        """Start the server's services; returns its URL (which names no real host)."""
+        self.url = await self.server.start(listen=False)
+        return self.url
+
+    async def stop(self) -> None:
+        """Stop as the real server stops (GOAWAY, sessions ended, connections closed)."""
+        await self.server.stop()
+
+    async def dial(
+        self,
+        factory: Callable[[], _P],
+        target: Target,
+        *,
+        tls: object | None,
+        server_hostname: str | None,
+    ) -> tuple[asyncio.Transport, _P]:
+        """A :class:`~conveyor_sdk._transport._connect.Dialer`: a new in-memory connection."""
+        if tls is not None:
+            raise InvalidArgument("an in-memory connection has no TLS; use an http:// URL")
+        protocol = factory()
+        client_side, _ = connect_pair(protocol, self.server.accept(), name=target.host)
+        self.transports.append(client_side)
+        return client_side, protocol
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
