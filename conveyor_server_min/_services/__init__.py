@@ -17,7 +17,7 @@ from conveyor_server_min._engine.engine import Engine
 from conveyor_server_min._engine.store import SqliteBroker
 from conveyor_server_min._services.admin import AdminService
 from conveyor_server_min._services.durability import Committer, SettingsKeeper
-from conveyor_server_min._services.loops import Ticker
+from conveyor_server_min._services.loops import Ticker, TickerTime
 from conveyor_server_min._services.session import SessionHandler
 from conveyor_server_min._services.tasks import TaskService
 from conveyor_server_min.service_api import EngineConfig, ServerStreamMethod, UnaryMethod
@@ -35,7 +35,7 @@ _READS = frozenset(
 class Services:
     """A :class:`~conveyor_server_min.service_api.ServiceSet` backed by one :class:`Engine`."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, ticker_time: TickerTime | None = None) -> None:
         self.engine = engine
         self.failed = asyncio.Event()
         broker = engine.broker
@@ -51,7 +51,7 @@ class Services:
             keeper.restore()
             tick = extra
             extra = lambda: (tick(), keeper.save_cron())  # noqa: E731 - a two-step job for the ticker
-        self.ticker = Ticker(engine, extra=extra)
+        self.ticker = Ticker(engine, extra=extra, clock=ticker_time)
         methods += self.admin.methods()
         streams += self.admin.streams()
         if self.committer is not None:
@@ -105,8 +105,12 @@ def build_services(
     clock: Clock | None = None,
     rand: Callable[[], float] | None = None,
     db: str | None = None,
+    ticker_time: TickerTime | None = None,
 ) -> Services:
-    """Build the ServiceSet the HTTP layer serves; ``db`` selects the durable SQLite store."""
+    """Build the ServiceSet the HTTP layer serves; ``db`` selects the durable SQLite store.
+
+    ``clock`` and ``ticker_time`` inject time: a test passes a ``VirtualTime`` and its clock
+    (``_services.loops``) to run leases, reaping and backoffs in virtual time."""
     clock = clock or SystemClock()
     broker = SqliteBroker(db, clock.now()) if db else None
-    return Services(Engine(config, clock=clock, rand=rand, broker=broker))
+    return Services(Engine(config, clock=clock, rand=rand, broker=broker), ticker_time=ticker_time)
