@@ -78,37 +78,6 @@ def test_session_dispatch_and_result(tasks: TaskServiceClientSync, url: str, pro
     asyncio.run(main())
 
 
-def test_disconnect_releases_and_lease_expiry_charges_a_retry(tasks: TaskServiceClientSync, url: str) -> None:
-    """A dropped connection releases its task (no retry); a lease heartbeats leave out expires into RETRY."""
-    info = tasks.enqueue(pb.EnqueueRequest(type="e2e", queue="leases")).task
-
-    async def main() -> None:
-        stream, _ = await _open(url, "grpc", "leases")
-        assert (await stream.recv()).dispatch.task.id == info.id  # type: ignore[union-attr]
-        await stream.aclose()
-        await asyncio.to_thread(wait_until, lambda: _state(tasks, info.id) == S.TASK_STATE_PENDING, 10)
-        assert tasks.get_task(pb.GetTaskRequest(id=info.id)).task.retried == 0
-        stream, _ = await _open(url, "grpc", "leases")
-        assert (await stream.recv()).dispatch.task.id == info.id  # type: ignore[union-attr]
-
-        async def beat() -> None:  # alive, so not closed as silent, but never lists the task
-            while True:
-                await stream.send(pb.WorkerMessage(heartbeat=pb.Heartbeat()))  # type: ignore[attr-defined]
-                await asyncio.sleep(0.2)
-
-        def expired() -> bool:
-            task = tasks.get_task(pb.GetTaskRequest(id=info.id)).task
-            return task.retried == 1 and task.last_error == "lease expired"
-
-        beating = asyncio.ensure_future(beat())
-        await asyncio.to_thread(wait_until, expired, 15)
-        beating.cancel()
-        await asyncio.gather(beating, return_exceptions=True)
-        await stream.aclose()
-
-    asyncio.run(main())
-
-
 def test_invalid_hello_fails_the_stream(url: str) -> None:
     """A Hello with concurrency 0 ends the stream with invalid_argument and the upstream message."""
 

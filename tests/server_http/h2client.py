@@ -14,6 +14,8 @@ import h2.exceptions
 import h2.settings
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
+from conveyor_sdk._transport._connect import parse_target
+from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_server_min._http.wire import MessageDecoder, encode_message
 
 
@@ -56,6 +58,19 @@ class H2Client:
 
     async def connect(self, host: str, port: int, *, tls: ssl.SSLContext | None = None) -> H2Client:
         reader, writer = await asyncio.open_connection(host, port, ssl=tls)
+        return await self._start(reader, writer)
+
+    async def connect_memory(self, server: MemoryServer) -> H2Client:
+        """Connect to an in-process server through an in-memory connection (no socket)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 20)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        transport, _ = await server.dial(
+            lambda: protocol, parse_target(server.url), tls=None, server_hostname=None
+        )
+        return await self._start(reader, asyncio.StreamWriter(transport, protocol, reader, loop))
+
+    async def _start(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> H2Client:
         self._writer = writer
         if self.window is not None:
             self.conn.local_settings = h2.settings.Settings(
