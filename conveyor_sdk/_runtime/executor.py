@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 from conveyor_sdk._runtime import pipe
@@ -144,10 +143,9 @@ class ProcessExecutor(Fleet):
         # in one write (it is awake, reading between jobs). Its JobDone is read on a later loop
         # turn, after ``running`` is registered.
         child.send(pipe.job_to_msg(job), soon=bool(child.jobs))
-        running = RunningJob(
-            job, control, child, asyncio.get_running_loop().create_future(), time.monotonic()
-        )
-        running.started_wall = time.time()
+        clock, loop = self.clock, asyncio.get_running_loop()
+        running = RunningJob(job, control, child, loop.create_future(), clock.monotonic())
+        running.started_wall = clock.time()
         self.running[job.job_id] = running
         child.jobs[job.job_id] = running
         self.observer.job_started(job, child)
@@ -175,8 +173,8 @@ class ProcessExecutor(Fleet):
             running.cancel_reason = reason
         running.child.send(pipe.CancelJob(job_id, reason.value))
         if running.kill_timer is None:
-            loop = asyncio.get_running_loop()
-            running.kill_timer = loop.call_later(self.options.kill_grace, self._hard_stop, running)
+            grace = self.options.kill_grace
+            running.kill_timer = self.clock.call_later(grace, lambda: self._hard_stop(running))
 
     def _hard_stop(self, running: RunningJob) -> None:
         if running.future.done():
@@ -234,7 +232,7 @@ class ProcessExecutor(Fleet):
             if running is not None:
                 running.control.report_progress(message.task_id, message.percent, message.message)
         elif isinstance(message, pipe.Beat):
-            child.last_beat = time.monotonic()
+            child.last_beat = self.clock.monotonic()
             child.rss = message.rss
             if child.hung_logged:
                 child.hung_logged = False
@@ -272,7 +270,7 @@ class ProcessExecutor(Fleet):
     def _on_ready(self, child: ChildProc, message: pipe.Ready) -> None:
         child.types = frozenset(message.types)
         child.sync_types = frozenset(message.sync_types)
-        child.last_beat = child.ready_at = time.monotonic()
+        child.last_beat = child.ready_at = self.clock.monotonic()
         self.pools[child.pool].start_failures = 0
         if child.state is ChildState.STARTING:
             child.state = ChildState.READY
@@ -320,7 +318,7 @@ class ProcessExecutor(Fleet):
             else:
                 outcome = Outcome(OutcomeKind.RETRY, died)
             outcomes = [outcome for _ in running.job.tasks]
-            self.observer.job_finished(running.job, outcomes, time.monotonic() - running.started)
+            self.observer.job_finished(running.job, outcomes, self.clock.monotonic() - running.started)
             running.future.set_result(outcomes)
 
     def _pool_for(self, job: Job) -> Pool | None:

@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from conveyor_sdk._protocol.types import CancelReason
 from conveyor_sdk._runtime import pipe
+from conveyor_sdk._runtime.clock import RuntimeClock, SystemClock
 from conveyor_sdk._runtime.observe import NullObserver, Observer
 from conveyor_sdk._runtime.pools import PoolSpec
 from conveyor_sdk._runtime.proc import ChildArgs, ChildProc, ChildState, RunningJob, describe_exit
@@ -99,7 +99,10 @@ class Fleet:
         pools: Iterable[PoolSpec],
         options: ExecutorOptions | None = None,
         observer: Observer | None = None,
+        *,
+        clock: RuntimeClock | None = None,
     ) -> None:
+        self.clock: RuntimeClock = clock or SystemClock()  # tests pass a ManualClock
         self.child_args = child_args
         self.options = options or ExecutorOptions()
         self.observer: Observer = observer or NullObserver()
@@ -157,7 +160,7 @@ class Fleet:
         self._next_index += 1
         cap = self.options.max_tasks_per_child
         child.recycle_at = cap + random.randint(0, cap // 10) if cap else 0
-        child.spawn()
+        child.spawn(self.clock.monotonic())
         pool.children.append(child)
         self.observer.child_started(child)
         return child
@@ -245,8 +248,8 @@ class Fleet:
         )
 
     async def _await_fresh(self, fresh: list[ChildProc]) -> bool:
-        deadline = time.monotonic() + self.options.start_timeout
-        while time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + self.options.start_timeout
+        while self.clock.monotonic() < deadline:
             if any(c.state is ChildState.DEAD for c in fresh):
                 return False
             if all(c.state is ChildState.READY for c in fresh):
@@ -297,7 +300,7 @@ class Fleet:
         if self._closing or self.failure is not None:
             return
         self.restarts += 1
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if child.ready_at == 0.0:
             pool.start_failures += 1
             if pool.start_failures == self.options.max_start_failures:
@@ -322,7 +325,7 @@ class Fleet:
 
     async def _respawn(self, pool: Pool, delay: float) -> None:
         if delay:
-            await asyncio.sleep(delay)
+            await self.clock.sleep(delay)
         if self._closing or self.failure is not None:
             return
         fresh = self._new_child(pool, "respawn")
@@ -341,8 +344,8 @@ class Fleet:
     async def _ticker(self) -> None:
         interval = max(0.05, min(1.0, self.child_args.beat))
         while True:
-            await asyncio.sleep(interval)
-            self.check(time.monotonic(), time.time())
+            await self.clock.sleep(interval)
+            self.check(self.clock.monotonic(), self.clock.time())
 
     def check(self, now: float, wall: float) -> None:
         """Poll exits (no pidfd), log hung children, kill hung ones past a task's deadline."""

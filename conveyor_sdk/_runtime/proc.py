@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conveyor_sdk._runtime import pipe
+from conveyor_sdk._runtime.clock import Timer
 from conveyor_sdk._runtime.outbox import Outbox
 from conveyor_sdk._runtime.output import ChildOutput, write_output
 from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, Outcome
@@ -71,7 +72,7 @@ class RunningJob:
     future: asyncio.Future[list[Outcome]]
     started: float
     cancel_reason: CancelReason | None = None
-    kill_timer: asyncio.TimerHandle | None = None
+    kill_timer: Timer | None = None
     victim: bool = False  # its child is being killed because of this job
     started_wall: float = 0.0  # epoch seconds
 
@@ -149,7 +150,7 @@ class ChildProc:
             return 0
         return max(0, self.args.capacity - len(self.jobs))
 
-    def spawn(self) -> None:
+    def spawn(self, now: float | None = None) -> None:
         """Start the process (synchronous; safe before any loop or thread exists)."""
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
@@ -187,7 +188,7 @@ class ChildProc:
             os.close(to_child_r)
             os.close(from_child_w)
         self._rfd, self._wfd = from_child_r, to_child_w
-        self.started_at = time.monotonic()
+        self.started_at = time.monotonic() if now is None else now  # ``now``: the fleet's clock
         self.last_beat = self.started_at
 
     async def attach(

@@ -1,0 +1,105 @@
+"""The process executor's timing decisions on a ManualClock: each happens at its instant, not a moment before.
+
+The children are real processes; only the executor's clock is virtual (``_runtime/clock.py``), so a
+kill after ``kill_grace`` and a hung child's kill past its job's deadline are checked at their exact
+instants without waiting them out. ``test_executor.py`` keeps both behaviours on the real clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from conveyor_sdk._runtime.clock import ManualClock
+from conveyor_sdk._runtime.executor import ExecutorOptions, ProcessExecutor
+from conveyor_sdk._runtime.pools import PoolSpec
+from conveyor_sdk._runtime.proc import ChildArgs
+from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, OutcomeKind, TaskData
+from tests._util import until
+from tests.runtime.test_executor import APP
+
+GRACE = 0.5
+
+
+def _job(type_: str, deadline: float | None = None) -> Job:
+    task = TaskData(
+        id="t1", queue="default", type=type_, payload=b"", content_type="application/octet-stream",
+        metadata={}, retried=0, max_retry=3,
+    )  # fmt: skip
+    return Job(job_id="t1", queue="default", type=type_, tasks=(task,), batch=False, deadline=deadline)
+
+
+@contextlib.asynccontextmanager
+async def started(folder: Path, clock: ManualClock, **opts: object) -> AsyncIterator[ProcessExecutor]:
+    """One child (beats every 0.2 s) on ``clock``; always closed (children reaped) afterwards."""
+    args = ChildArgs(app="rtapp:app", capacity=2, beat=0.2, cwd=str(folder))
+    options = ExecutorOptions(**{"kill_grace": GRACE, **opts})  # type: ignore[arg-type]
+    ex = ProcessExecutor(args, [PoolSpec("default", ("default",), 1)], options, clock=clock)
+    ex.spawn()
+    try:
+        await ex.start(lambda: None)
+        yield ex
+    finally:
+        ex.abort("test over")
+        await ex.close(0)
+
+
+def test_a_job_ignoring_its_cancel_is_killed_exactly_after_the_grace(
+    write_app: Callable[[str, str], Path],
+) -> None:
+    """Cancelled at t: at t + grace - 10 ms the child still runs the job; at t + grace it is killed."""
+    folder = write_app("rtapp", APP)
+
+    async def main() -> None:
+        clock = ManualClock()
+        async with started(folder, clock) as ex:
+            child = ex.children()[0]
+            run = asyncio.ensure_future(ex.run(_job("stubborn"), JobControl(report_progress=lambda *a: None)))
+            await until(lambda: "t1" in ex.running, timeout=10)
+            ex.cancel("t1", CancelReason.DEADLINE)
+            await clock.advance(GRACE - 0.01)
+            assert not child.kill_note and not run.done()  # a kill is decided (and noted) at once
+            await clock.advance(0.01)
+            [out] = await asyncio.wait_for(run, 10)
+            assert (out.kind, out.error_msg, out.cancelled) == (OutcomeKind.RETRY, "deadline exceeded", True)
+            assert "ignored cancellation" in child.kill_note
+
+    asyncio.run(main())
+
+
+def test_a_hung_child_is_logged_then_killed_once_the_deadline_and_grace_have_passed(
+    write_app: Callable[[str, str], Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Beats stop (a blocked loop): logged after hung_after; killed only past deadline + grace."""
+    folder = write_app("rtapp", APP)
+    caplog.set_level(logging.WARNING, "conveyor.runtime")
+
+    async def main() -> None:
+        clock = ManualClock()
+        async with started(folder, clock, hung_after=0.6) as ex:
+            child = ex.children()[0]
+            deadline = clock.time() + 1.5
+            run = asyncio.ensure_future(
+                ex.run(_job("block-loop", deadline), JobControl(report_progress=lambda *a: None))
+            )
+            await until(lambda: "t1" in ex.running, timeout=10)
+            # A beat the child sent just before blocking may still be in the pipe; it must land
+            # before virtual time moves (it would stamp a later instant). Its absence has no event.
+            await asyncio.sleep(0.3)
+            await clock.advance(0.4)
+            assert not any("unresponsive" in r.getMessage() for r in caplog.records)
+            await clock.advance(0.4)  # 0.8 s silent > hung_after
+            assert any("unresponsive" in r.getMessage() and "t1" in r.getMessage() for r in caplog.records)
+            await clock.advance(1.5 + GRACE - 0.8 - 0.05)  # just short of deadline + grace
+            assert not child.kill_note and not run.done()
+            await clock.advance(0.3)
+            [out] = await asyncio.wait_for(run, 10)
+            assert (out.kind, out.cancelled) == (OutcomeKind.RETRY, True)
+            assert "hung past the deadline" in child.kill_note
+
+    asyncio.run(main())
