@@ -201,27 +201,6 @@ def test_handler_calling_os_exit_fails_only_its_task(write_app: Callable[[str, s
     _run(main)
 
 
-def test_handler_ignoring_cancellation_is_killed_after_grace(write_app: Callable[[str, str], Path]) -> None:
-    """A sync handler that ignores a DEADLINE cancel is killed; its outcome is a cancelled RETRY."""
-    folder = write_app("rtapp", APP)
-
-    async def main() -> None:
-        async with started(folder) as ex:
-            first = ex.children()[0].pid
-            run = asyncio.ensure_future(ex.run(_job(1, "stubborn"), _ctl()))
-            await eventually(lambda: _true(bool(ex.running)))
-            t0 = time.monotonic()
-            ex.cancel("t1", CancelReason.DEADLINE)
-            [out] = await asyncio.wait_for(run, 10)
-            assert time.monotonic() - t0 >= 0.4
-            assert (out.kind, out.error_msg, out.cancelled) == (OutcomeKind.RETRY, "deadline exceeded", True)
-            await eventually(lambda: _true(any(c.state is ChildState.READY for c in ex.children())), 15)
-            assert ex.children()[0].pid != first
-            assert not ex.running
-
-    _run(main)
-
-
 def test_blocked_child_loop_is_logged_and_killed_past_the_deadline(
     write_app: Callable[[str, str], Path], caplog: pytest.LogCaptureFixture
 ) -> None:

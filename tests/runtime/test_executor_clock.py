@@ -2,7 +2,8 @@
 
 The children are real processes; only the executor's clock is virtual (``_runtime/clock.py``), so a
 kill after ``kill_grace`` and a hung child's kill past its job's deadline are checked at their exact
-instants without waiting them out. ``test_executor.py`` keeps both behaviours on the real clock.
+instants without waiting them out. On the real clock: the kill after the grace in
+``test_worker_e2e.py`` (the whole worker), the hung child in ``test_executor.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from conveyor_sdk._runtime.clock import ManualClock
 from conveyor_sdk._runtime.executor import ExecutorOptions, ProcessExecutor
 from conveyor_sdk._runtime.pools import PoolSpec
-from conveyor_sdk._runtime.proc import ChildArgs
+from conveyor_sdk._runtime.proc import ChildArgs, ChildState
 from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, OutcomeKind, TaskData
 from tests._util import until
 from tests.runtime.test_executor import APP
@@ -52,7 +53,8 @@ async def started(folder: Path, clock: ManualClock, **opts: object) -> AsyncIter
 def test_a_job_ignoring_its_cancel_is_killed_exactly_after_the_grace(
     write_app: Callable[[str, str], Path],
 ) -> None:
-    """Cancelled at t: at t + grace - 10 ms the child still runs the job; at t + grace it is killed."""
+    """Cancelled at t: at t + grace - 10 ms the job still runs; at t + grace the child is killed
+    (a cancelled RETRY) and a replacement takes over."""
     folder = write_app("rtapp", APP)
 
     async def main() -> None:
@@ -68,6 +70,9 @@ def test_a_job_ignoring_its_cancel_is_killed_exactly_after_the_grace(
             [out] = await asyncio.wait_for(run, 10)
             assert (out.kind, out.error_msg, out.cancelled) == (OutcomeKind.RETRY, "deadline exceeded", True)
             assert "ignored cancellation" in child.kill_note
+            await until(lambda: any(c.state is ChildState.READY for c in ex.children()), timeout=15)
+            assert ex.children()[0].pid != child.pid  # a replacement serves on
+            assert not ex.running
 
     asyncio.run(main())
 
