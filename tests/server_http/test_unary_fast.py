@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import socket
+import asyncio
 from typing import Any
 
 import h2.config
@@ -13,6 +13,8 @@ import pytest
 
 from conveyor_sdk._h2kernel.server_conn import new_server_h2, send_unary
 from conveyor_sdk._h2kernel.streams import retire_closed
+from conveyor_sdk._transport._connect import parse_target
+from conveyor_sdk.testing.memory import MemoryServer
 
 CT = "application/proto"
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/conveyor.v1.TaskService/Enqueue"),
@@ -135,36 +137,51 @@ def test_a_second_response_on_the_stream_is_left_to_h2() -> None:
 
 
 @pytest.mark.h2_fast
-def test_the_server_answers_connect_unary_calls_through_the_fast_path(server_url: str) -> None:
+def test_the_server_answers_connect_unary_calls_through_the_fast_path() -> None:
     """A real server's Connect unary answers arrive as literals that never index the HPACK table
     (h2's own encoder would index content-type and content-length), and each one decodes."""
     from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 
-    host, port = server_url.split("://", 1)[1].rsplit(":", 1)
     client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     client.initiate_connection()
     headers = [(":method", "POST"), (":scheme", "http"), (":path", "/conveyor.v1.TaskService/Enqueue"),
                (":authority", "a"), ("content-type", CT), ("connect-protocol-version", "1")]  # fmt: skip
     answers: list[bytes] = []
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        for i in range(3):
-            sid = 1 + 2 * i
-            body = pb.EnqueueRequest(type="noop", queue="fastpath").SerializeToString()
-            client.send_headers(sid, headers)
-            client.send_data(sid, body, end_stream=True)
-            sock.sendall(client.data_to_send())
-            ended = False
-            while not ended:
-                data = sock.recv(65536)
-                assert data, "server closed the connection"
-                for event in client.receive_data(data):
-                    if isinstance(event, h2.events.ResponseReceived):
-                        assert dict(event.headers or ())[b":status"] == b"200"
-                    elif isinstance(event, h2.events.DataReceived):
-                        answers.append(event.data or b"")
-                    elif isinstance(event, h2.events.StreamEnded) and event.stream_id == sid:
-                        ended = True
-                sock.sendall(client.data_to_send())
+
+    async def main() -> None:
+        inbox: asyncio.Queue[bytes] = asyncio.Queue()
+
+        class Sink(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                inbox.put_nowait(data)
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                inbox.put_nowait(b"")
+
+        async with MemoryServer() as server:  # the server's own connection code, no socket
+            target = parse_target(server.url)
+            transport, _ = await server.dial(Sink, target, tls=None, server_hostname=None)
+            for i in range(3):
+                sid = 1 + 2 * i
+                body = pb.EnqueueRequest(type="noop", queue="fastpath").SerializeToString()
+                client.send_headers(sid, headers)
+                client.send_data(sid, body, end_stream=True)
+                transport.write(client.data_to_send())
+                ended = False
+                while not ended:
+                    data = await asyncio.wait_for(inbox.get(), 10)
+                    assert data, "server closed the connection"
+                    for event in client.receive_data(data):
+                        if isinstance(event, h2.events.ResponseReceived):
+                            assert dict(event.headers or ())[b":status"] == b"200"
+                        elif isinstance(event, h2.events.DataReceived):
+                            answers.append(event.data or b"")
+                        elif isinstance(event, h2.events.StreamEnded) and event.stream_id == sid:
+                            ended = True
+                    transport.write(client.data_to_send())
+            transport.close()
+
+    asyncio.run(main())
     assert [pb.EnqueueResponse.FromString(a).task.type for a in answers] == ["noop"] * 3
     assert list(client.decoder.header_table.dynamic_entries) == []
 
