@@ -78,6 +78,7 @@ class ManualClock:
     """A clock for tests: nothing happens until :meth:`advance` moves it."""
 
     def __init__(self, *, start: float = 1000.0, wall: float = 1_800_000_000.0) -> None:
+        # ``start`` is never 0: the fleet reads a ready_at of 0.0 as "never got ready"
         self._now = start
         self._wall_offset = wall - start
         self._timers: list[tuple[float, int, _Pending]] = []

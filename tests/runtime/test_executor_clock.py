@@ -27,12 +27,12 @@ from tests.runtime.test_executor import APP
 GRACE = 0.5
 
 
-def _job(type_: str, deadline: float | None = None) -> Job:
+def _job(type_: str, deadline: float | None = None, job_id: str = "t1") -> Job:
     task = TaskData(
-        id="t1", queue="default", type=type_, payload=b"", content_type="application/octet-stream",
+        id=job_id, queue="default", type=type_, payload=b"", content_type="application/octet-stream",
         metadata={}, retried=0, max_retry=3,
     )  # fmt: skip
-    return Job(job_id="t1", queue="default", type=type_, tasks=(task,), batch=False, deadline=deadline)
+    return Job(job_id=job_id, queue="default", type=type_, tasks=(task,), batch=False, deadline=deadline)
 
 
 @contextlib.asynccontextmanager
@@ -106,5 +106,45 @@ def test_a_hung_child_is_logged_then_killed_once_the_deadline_and_grace_have_pas
             [out] = await asyncio.wait_for(run, 10)
             assert (out.kind, out.cancelled) == (OutcomeKind.RETRY, True)
             assert "hung past the deadline" in child.kill_note
+
+    asyncio.run(main())
+
+
+def test_a_second_crash_within_10_s_is_respawned_only_after_the_backoff(
+    write_app: Callable[[str, str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first crash is replaced at once; the second, 10 s later on the clock, also (the window
+    forgot the first); a third 1 s after it waits respawn_base x jitter (0.15 s here) first."""
+    folder = write_app("rtapp", APP)
+    monkeypatch.setattr("conveyor_sdk._runtime.fleet.random.uniform", lambda a, b: 0.75)  # fixed jitter
+
+    async def main() -> None:
+        clock = ManualClock()
+        async with started(folder, clock, respawn_base=0.2) as ex:
+
+            async def crash(i: int) -> None:
+                [out] = await ex.run(
+                    _job("exit", job_id=f"crash{i}"), JobControl(report_progress=lambda *a: None)
+                )
+                assert out.kind is OutcomeKind.RETRY
+
+            async def replaced(count: int) -> None:
+                await until(
+                    lambda: len(ex.children()) == 1 and ex.children()[0].state is ChildState.READY, 15
+                )
+                assert ex.restarts == count
+
+            await crash(1)
+            await replaced(1)  # no backoff for a first crash: the clock never moved
+            await clock.advance(10.0)
+            await crash(2)
+            await replaced(2)
+            await clock.advance(1.0)
+            await crash(3)
+            await until(lambda: ex.restarts == 3 and not ex.children(), 15)
+            await clock.advance(0.149)
+            assert not ex.children()  # still backing off
+            await clock.advance(0.002)  # 0.151 s: past it (float sums blur the exact instant)
+            await replaced(3)
 
     asyncio.run(main())
