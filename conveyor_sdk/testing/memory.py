@@ -17,6 +17,7 @@ the operating system does to a connection still needs a real server (``ServerPro
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
 from types import TracebackType
 from typing import Self, TypeVar
@@ -69,8 +70,13 @@ class MemoryServer:
         """A :class:`~conveyor_sdk._transport._connect.Dialer`: a new in-memory connection."""
         if tls is not None:
             raise InvalidArgument("an in-memory connection has no TLS; use an http:// URL")
+        try:
+            server_side = self.server.accept()
+        except RuntimeError:  # not started, or stopping: refused, as a closed port refuses
+            refused = "the in-memory server is not accepting"
+            raise ConnectionRefusedError(errno.ECONNREFUSED, refused) from None
         protocol = factory()
-        client_side, _ = connect_pair(protocol, self.server.accept(), name=target.host)
+        client_side, _ = connect_pair(protocol, server_side, name=target.host)
         self.transports.append(client_side)
         return client_side, protocol
 

@@ -7,6 +7,9 @@ import asyncio
 import pytest
 
 from conveyor_sdk._h2kernel.memory import connect_pair
+from conveyor_sdk._transport import TransportOptions, open_session
+from conveyor_sdk.errors import Unavailable
+from conveyor_sdk.testing.memory import MemoryServer
 from tests._util import until
 
 
@@ -134,5 +137,18 @@ def test_abort_resets_the_peer_and_drops_unread_bytes() -> None:
         assert server.events == ["made", ("lost", "ConnectionResetError")]
         assert client.events == ["made", ("lost", None)]
         assert server.data == b""
+
+    asyncio.run(main())
+
+
+def test_a_memory_server_that_is_not_serving_refuses_like_a_closed_port() -> None:
+    """Dialing a MemoryServer before start or after stop is Unavailable (connection refused), as over TCP."""
+
+    async def main() -> None:
+        server = MemoryServer()
+        await server.start()
+        await server.stop()
+        with pytest.raises(Unavailable, match="not accepting"):
+            await open_session(server.url, TransportOptions(), dialer=server.dial)
 
     asyncio.run(main())
