@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conveyor_sdk._runtime.clock import ManualClock
-from conveyor_sdk._runtime.executor import ExecutorOptions, ProcessExecutor
+from conveyor_sdk._runtime.executor import ExecutorOptions, ProcessExecutor, RuntimeFailure
 from conveyor_sdk._runtime.pools import PoolSpec
 from conveyor_sdk._runtime.proc import ChildArgs, ChildState
 from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, OutcomeKind, TaskData
@@ -146,5 +146,33 @@ def test_a_second_crash_within_10_s_is_respawned_only_after_the_backoff(
             assert not ex.children()  # still backing off
             await clock.advance(0.002)  # 0.151 s: past it (float sums blur the exact instant)
             await replaced(3)
+
+    asyncio.run(main())
+
+
+def test_children_not_ready_by_start_timeout_fail_the_start_at_that_instant(
+    write_app: Callable[[str, str], Path],
+) -> None:
+    """A child stuck importing the app: start() still waits at 59.9 s and fails at 60 s, naming the bound."""
+    folder = write_app("rtapp", "import time\ntime.sleep(60)\n")
+
+    async def main() -> None:
+        clock = ManualClock()
+        args = ChildArgs(app="rtapp:app", capacity=1, beat=0.2, cwd=str(folder))
+        ex = ProcessExecutor(args, [PoolSpec("default", ("default",), 1)], ExecutorOptions(), clock=clock)
+        ex.spawn()
+        starting = asyncio.ensure_future(ex.start(lambda: None))
+        try:
+            # Its pipes attached, the start-up loop has taken its deadline (same step): from now on.
+            await until(lambda: ex.children()[0]._reader is not None, timeout=10)
+            await clock.advance(59.9)
+            await asyncio.sleep(0.1)  # an observation window: several polls of the start-up loop (20 ms)
+            assert not starting.done()
+            await clock.advance(0.1)
+            with pytest.raises(RuntimeFailure, match="children not ready after 60s"):
+                await asyncio.wait_for(starting, 10)
+        finally:
+            ex.abort("test over")
+            await ex.close(0)
 
     asyncio.run(main())
