@@ -4,9 +4,13 @@ For SDK tests that need a real server as a peer but are not about sockets: no su
 start, no port, and the engine can run on a virtual clock. The worker session and the producer
 client connect with their ordinary code; only the dialer differs::
 
-    async with MemoryServer() as server:
+    async with MemoryServer(Server(ServerConfig(dev=True))) as server:
         stream = await open_session(server.url, options, dialer=server.dial)
         transport = H2Transport(server.url, dialer=server.dial)
+
+The caller builds the ``conveyor_server_min.server.Server`` (with the config and services it
+wants); this module only needs what :class:`Servable` names, so the SDK's type check does not
+extend into the server package.
 
 Each connection is a :func:`~conveyor_sdk._h2kernel.memory.connect_pair` between the client's
 protocol and the server's connection handler (``Server.accept``), so both run exactly the HTTP/2
@@ -20,25 +24,32 @@ import asyncio
 import errno
 from collections.abc import Callable
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Protocol, Self, TypeVar
 
 from conveyor_sdk._h2kernel.memory import MemoryTransport, connect_pair
 from conveyor_sdk._transport._connect import Target
 from conveyor_sdk.errors import InvalidArgument
-from conveyor_server_min.config import ServerConfig
-from conveyor_server_min.server import Server
-from conveyor_server_min.service_api import ServiceSet
 
-__all__ = ["MemoryServer"]
+__all__ = ["MemoryServer", "Servable"]
 
 _P = TypeVar("_P", bound=asyncio.BaseProtocol)
 
 
-class MemoryServer:
-    """A started :class:`~conveyor_server_min.server.Server` bound to no port (``async with``)."""
+class Servable(Protocol):
+    """What MemoryServer uses of the reference server's ``Server``."""
 
-    def __init__(self, config: ServerConfig | None = None, *, services: ServiceSet | None = None) -> None:
-        self.server = Server(config or ServerConfig(dev=True), services=services)
+    async def start(self, *, listen: bool = ...) -> str: ...
+
+    async def stop(self) -> None: ...
+
+    def accept(self) -> asyncio.Protocol: ...
+
+
+class MemoryServer:
+    """``server`` (a reference ``Server``, not started) started bound to no port (``async with``)."""
+
+    def __init__(self, server: Servable) -> None:
+        self.server = server
         self.url = ""
         self.transports: list[MemoryTransport] = []  # the client ends, oldest first
 

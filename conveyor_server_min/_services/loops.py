@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from conveyor_server_min._engine.clock import NANOS, FakeClock, from_seconds, to_seconds
 from conveyor_server_min._engine.engine import Engine
@@ -85,7 +85,7 @@ class VirtualTime:
         self._sleepers.append(entry)
         self.waits += 1
         self._waiting.set()
-        kicked = asyncio.ensure_future(kick.wait())
+        kicked: asyncio.Future[Any] = asyncio.ensure_future(kick.wait())
         try:
             await asyncio.wait([wake, kicked], return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -10,6 +10,8 @@ from conveyor_sdk._h2kernel.memory import connect_pair
 from conveyor_sdk._transport import TransportOptions, open_session
 from conveyor_sdk.errors import Unavailable
 from conveyor_sdk.testing.memory import MemoryServer
+from conveyor_server_min.config import ServerConfig
+from conveyor_server_min.server import Server
 from tests._util import until
 
 
@@ -145,7 +147,7 @@ def test_a_memory_server_that_is_not_serving_refuses_like_a_closed_port() -> Non
     """Dialing a MemoryServer before start or after stop is Unavailable (connection refused), as over TCP."""
 
     async def main() -> None:
-        server = MemoryServer()
+        server = MemoryServer(Server(ServerConfig(dev=True)))
         await server.start()
         await server.stop()
         with pytest.raises(Unavailable, match="not accepting"):

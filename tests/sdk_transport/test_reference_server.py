@@ -18,6 +18,7 @@ from conveyor_sdk._transport._connect import Dialer, dial_tcp
 from conveyor_sdk.errors import InvalidArgument, Unauthenticated, Unavailable
 from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_server_min.config import ServerConfig
+from conveyor_server_min.server import Server
 from conveyor_server_min.service_api import EngineConfig
 from conveyor_server_min.testing import ServerProcess
 from tests._util import eventually
@@ -40,7 +41,7 @@ def start_server(server_factory: Callable[..., ServerProcess]) -> Callable[..., 
 def _memory(**config: object) -> MemoryServer:
     """An in-process reference server (dev mode, 2 s lease unless ``config`` says otherwise)."""
     config.setdefault("dev", True)
-    return MemoryServer(ServerConfig(engine=EngineConfig(lease_ttl=2.0), **config))  # type: ignore[arg-type]
+    return MemoryServer(Server(ServerConfig(engine=EngineConfig(lease_ttl=2.0), **config)))  # type: ignore[arg-type]
 
 
 async def _unary(server: MemoryServer, method: str, req: object, resp: object) -> None:

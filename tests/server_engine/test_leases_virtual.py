@@ -11,6 +11,8 @@ from conveyor_sdk._transport import SessionStream, TransportOptions, open_sessio
 from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_server_min._services import Services, build_services
 from conveyor_server_min._services.loops import VirtualTime
+from conveyor_server_min.config import ServerConfig
+from conveyor_server_min.server import Server
 from tests._util import eventually
 from tests.server_engine._harness import FAST, enqueue, get
 
@@ -35,7 +37,7 @@ def test_disconnect_releases_and_lease_expiry_charges_a_retry() -> None:
     async def main() -> None:
         vt = VirtualTime()
         services: Services = build_services(FAST, clock=vt.clock, ticker_time=vt)
-        async with MemoryServer(services=services) as server:
+        async with MemoryServer(Server(ServerConfig(dev=True), services=services)) as server:
             info = await enqueue(services, queue="leases")
             stream, task_id = await _open(server, "leases")
             assert task_id == info.id

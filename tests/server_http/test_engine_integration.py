@@ -11,6 +11,7 @@ from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_server_min.config import ServerConfig
+from conveyor_server_min.server import Server
 from conveyor_server_min.service_api import EngineConfig
 from tests.server_engine._harness import call, get
 
@@ -28,7 +29,8 @@ async def _session(client: H2Client, ctype: str, queue: str) -> int:
 
 
 def _server(**engine: object) -> MemoryServer:
-    return MemoryServer(ServerConfig(dev=True, engine=dataclasses.replace(EngineConfig(), **engine)))  # type: ignore[arg-type]
+    config = ServerConfig(dev=True, engine=dataclasses.replace(EngineConfig(), **engine))  # type: ignore[arg-type]
+    return MemoryServer(Server(config))
 
 
 def test_rst_stream_releases_the_sessions_leases() -> None:

@@ -15,6 +15,8 @@ from conveyor_sdk._h2kernel.server_conn import new_server_h2, send_unary
 from conveyor_sdk._h2kernel.streams import retire_closed
 from conveyor_sdk._transport._connect import parse_target
 from conveyor_sdk.testing.memory import MemoryServer
+from conveyor_server_min.config import ServerConfig
+from conveyor_server_min.server import Server
 
 CT = "application/proto"
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/conveyor.v1.TaskService/Enqueue"),
@@ -158,7 +160,9 @@ def test_the_server_answers_connect_unary_calls_through_the_fast_path() -> None:
             def connection_lost(self, exc: Exception | None) -> None:
                 inbox.put_nowait(b"")
 
-        async with MemoryServer() as server:  # the server's own connection code, no socket
+        async with MemoryServer(
+            Server(ServerConfig(dev=True))
+        ) as server:  # the server's own connection code, no socket
             target = parse_target(server.url)
             transport, _ = await server.dial(Sink, target, tls=None, server_hostname=None)
             for i in range(3):
