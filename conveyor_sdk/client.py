@@ -62,6 +62,7 @@ from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor
 from conveyor_sdk._gen.conveyor.v1 import service_connect as sc
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._protocol.backoff import parse_addresses
+from conveyor_sdk._transport._connect import Dialer, dial_tcp
 from conveyor_sdk._transport.keepalive import DEFAULT_INTERVAL, DEFAULT_TIMEOUT, KeepaliveOptions
 from conveyor_sdk.codecs import CodecRegistry
 from conveyor_sdk.errors import ConveyorError, DuplicateTask
@@ -176,6 +177,18 @@ def _pick(own: Encryptor | None, spec: TaskSpec) -> Encryptor | None:
 _TASK_SERVICE = pb.DESCRIPTOR.services_by_name["TaskService"]
 
 
+def _check_dialer(dialer: object, transport: object, config: ClientConfig) -> None:
+    """A ``dialer=`` must be callable, and it only opens HTTP/2 connections we make ourselves."""
+    if dialer is None:
+        return
+    if not callable(dialer):
+        raise TypeError(f"dialer must be a callable like MemoryServer.dial, got {type(dialer).__name__}")
+    if transport is not None:
+        raise TypeError("give dialer= or transport=, not both: each replaces how calls reach the server")
+    if not config.http2:
+        raise ValueError("dialer= opens HTTP/2 connections; http2=False (HTTP/1.1) cannot use it")
+
+
 def _wire(config: ClientConfig) -> Wire:
     """The framing of the configured protocol, with the configured codec."""
     codec = JSON if config.wire_format == "json" else PROTO
@@ -276,24 +289,49 @@ class Client(_Base):
             connection. ValueError if not a positive number. Not accepted by
             :class:`SyncClient` (its connections have no PING: calls end by their deadline).
         transport: a pyqwest transport to use instead of a network one (tests).
+        dialer: opens this client's connections instead of TCP, for tests and in-process use,
+            e.g. ``MemoryServer.dial`` (:mod:`conveyor_sdk.testing.memory`; or
+            ``MemoryServer.client()``). Every call goes there: task calls, ``client.admin``
+            (AdminService, ``watch_events`` included, on the same HTTP/2 transport) and
+            ``admin.server_version``'s handshake; nothing goes to the network. HTTP/2 only:
+            TypeError if not callable or given with ``transport``, ValueError with ``http2=False``.
     """
 
     def __init__(
-        self, address: str, *, transport: pyqwest.Transport | None = None, **options: Unpack[ClientOptions]
+        self,
+        address: str,
+        *,
+        transport: pyqwest.Transport | None = None,
+        dialer: Dialer | None = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
         super().__init__(address, **options)
+        _check_dialer(dialer, transport, self._config)
         self._owned = transport is None
-        self._transport = transport or pyqwest.HTTPTransport(**self._config.transport_kwargs())
-        http = pyqwest.Client(self._transport)
-        ckw = self._config.connect_kwargs()
+        self._dialer = dialer
         self._h2s: list[H2Transport] = []
+        ckw = self._config.connect_kwargs()
         tasks, admins = [], []
-        for url in self._config.addresses:
-            tasks.append(self._task_stub(url))
-            admins.append(sc.AdminServiceClient(url, http_client=http, **ckw))
+        if dialer is None:
+            self._transport = transport or pyqwest.HTTPTransport(**self._config.transport_kwargs())
+            http = pyqwest.Client(self._transport)
+            for url in self._config.addresses:
+                tasks.append(self._task_stub(url))
+                admins.append(sc.AdminServiceClient(url, http_client=http, **ckw))
+        else:
+            for url in self._config.addresses:
+                h2 = self._h2_transport(url, dialer)
+                tasks.append(UnaryStub(h2, _TASK_SERVICE, _wire(self._config)))
+                # H2Transport is also a pyqwest Transport: the admin calls share its connection.
+                admins.append(sc.AdminServiceClient(url, http_client=pyqwest.Client(h2), **ckw))
         self._h2 = self._h2s[0] if self._h2s else None
         self._tasks: Any = _one(tasks, self._caller)  # a UnaryStub, or a RoutedStub over one per address
-        self.admin = AsyncAdmin(self._caller, _one(admins, self._caller), self.codecs)
+        self.admin = AsyncAdmin(self._caller, _one(admins, self._caller), self.codecs, dialer=dialer)
+
+    def _h2_transport(self, url: str, dialer: Dialer = dial_tcp) -> H2Transport:
+        h2 = H2Transport(url, ca_pem=self._config.tls_ca_cert, keepalive=self._keepalive, dialer=dialer)
+        self._h2s.append(h2)
+        return h2
 
     def _task_stub(self, url: str) -> UnaryStub:
         """Every task call (the producer's hot path) runs on one stub, whatever the protocol and format.
@@ -303,9 +341,7 @@ class Client(_Base):
         cfg = self._config
         exchanger: Exchanger
         if self._owned and cfg.http2:
-            h2 = H2Transport(url, ca_pem=cfg.tls_ca_cert, keepalive=self._keepalive)
-            self._h2s.append(h2)
-            exchanger = h2
+            exchanger = self._h2_transport(url)
         else:
             exchanger = PyqwestExchange(self._transport, url)
         return UnaryStub(exchanger, _TASK_SERVICE, _wire(cfg))
@@ -392,7 +428,7 @@ class Client(_Base):
         self._closed = True
         for h2 in self._h2s:
             await h2.aclose()
-        if self._owned and isinstance(self._transport, pyqwest.HTTPTransport):
+        if self._dialer is None and self._owned and isinstance(self._transport, pyqwest.HTTPTransport):
             await self._transport.aclose()
 
     async def __aenter__(self) -> Self:

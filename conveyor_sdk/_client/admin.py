@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from conveyor_sdk._client import requests as rq
 from conveyor_sdk._client.admin_ops import AsyncOps, SyncOps
@@ -25,6 +25,9 @@ from conveyor_sdk.types import (
     TaskState,
     WorkerSessionInfo,
 )
+
+if TYPE_CHECKING:
+    from conveyor_sdk._transport._connect import Dialer
 
 __all__ = ["AsyncAdmin", "BatchAction", "SyncAdmin"]
 
@@ -54,12 +57,23 @@ def _batch_method(action: str) -> tuple[str, str]:
 
 class AsyncAdmin(AsyncOps):
     """Operator calls for :class:`~conveyor_sdk.client.Client`: tasks, queues, sessions here;
-    cron, limits, groups, info and events in :class:`~conveyor_sdk._client.admin_ops.AsyncOps`."""
+    cron, limits, groups, info and events in :class:`~conveyor_sdk._client.admin_ops.AsyncOps`.
 
-    def __init__(self, caller: UnaryCaller, stub: Any, codecs: CodecRegistry | None = None) -> None:
+    ``dialer`` is the Client's: the one call that opens its own connection (``server_version``'s
+    worker-session handshake) opens it there, never on the network behind the caller's back."""
+
+    def __init__(
+        self,
+        caller: UnaryCaller,
+        stub: Any,
+        codecs: CodecRegistry | None = None,
+        *,
+        dialer: Dialer | None = None,
+    ) -> None:
         self._caller = caller
         self._stub = stub
         self._codecs = codecs if codecs is not None else CodecRegistry.default()
+        self._dialer = dialer
 
     async def _task_action(self, action: str, id: str) -> None:
         rpc, method, cls = _TASK_ACTIONS[action]

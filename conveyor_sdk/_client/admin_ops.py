@@ -13,7 +13,7 @@ import secrets
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from conveyor_sdk._client import admin_wire as aw
 from conveyor_sdk._client.admin_types import (
@@ -33,6 +33,9 @@ from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.codecs import CodecRegistry
 from conveyor_sdk.errors import ConveyorError, DeadlineExceeded, Internal, NotFound
 from conveyor_sdk.types import Duration
+
+if TYPE_CHECKING:
+    from conveyor_sdk._transport._connect import Dialer
 
 __all__ = ["AsyncOps", "SyncOps"]
 
@@ -55,6 +58,7 @@ class _OpsBase:
     _caller: UnaryCaller
     _stub: Any
     _codecs: CodecRegistry
+    _dialer: Dialer | None = None  # the Client's dialer=: server_version's handshake goes there too
 
     def _cron(self, head: tuple[str, str, str], payload: Any, options: Any, paused: bool) -> Any:
         entry = aw.cron_entry_message(head, payload, options, self._codecs, paused=paused)
@@ -156,7 +160,7 @@ class AsyncOps(_OpsBase):
         queue (``conveyor-version-probe-<random>``) that no task is ever enqueued on, so it can
         never receive work, and is closed as soon as ``Welcome`` arrives.
         """
-        return await _probe(self._caller, timeout)
+        return await _probe(self._caller, timeout, self._dialer)
 
     async def watch_events(
         self, *, queues: Iterable[str] = (), event_types: Iterable[TaskEventType | str] = ()
@@ -303,8 +307,9 @@ class SyncOps(_OpsBase):
                     closer()
 
 
-async def _probe(caller: UnaryCaller, timeout: float) -> ServerVersion:  # noqa: ASYNC109  # bounds the handshake
+async def _probe(caller: UnaryCaller, timeout: float, dialer: Dialer | None = None) -> ServerVersion:  # noqa: ASYNC109  # bounds the handshake
     from conveyor_sdk._protocol.hello import SessionConfig
+    from conveyor_sdk._transport._connect import dial_tcp
     from conveyor_sdk._transport.options import DEFAULT_USER_AGENT, TLSOptions, TransportOptions
     from conveyor_sdk._transport.session import open_session
 
@@ -323,7 +328,7 @@ async def _probe(caller: UnaryCaller, timeout: float) -> ServerVersion:  # noqa:
         ).hello()  # fmt: skip
         try:
             async with asyncio.timeout(timeout):
-                stream = await open_session(cfg.address, options)
+                stream = await open_session(cfg.address, options, dialer=dialer or dial_tcp)
                 try:
                     await stream.send(hello)
                     msg = await stream.recv()

@@ -6,7 +6,8 @@ client connect with their ordinary code; only the dialer differs::
 
     async with MemoryServer(Server(ServerConfig(dev=True))) as server:
         stream = await open_session(server.url, options, dialer=server.dial)
-        transport = H2Transport(server.url, dialer=server.dial)
+        async with server.client() as client:     # Client(server.url, dialer=server.dial)
+            await client.enqueue("email:welcome", {"user_id": 42})
 
 The caller builds the ``conveyor_server_min.server.Server`` (with the config and services it
 wants); this module only needs what :class:`Servable` names, so the SDK's type check does not
@@ -24,11 +25,12 @@ import asyncio
 import errno
 from collections.abc import Callable
 from types import TracebackType
-from typing import Protocol, Self, TypeVar
+from typing import Protocol, Self, TypeVar, Unpack
 
 from conveyor_sdk._h2kernel.memory import MemoryTransport, connect_pair
 from conveyor_sdk._transport._connect import Target
-from conveyor_sdk.errors import InvalidArgument
+from conveyor_sdk.client import Client, ClientOptions
+from conveyor_sdk.errors import FailedPrecondition, InvalidArgument
 
 __all__ = ["MemoryServer", "Servable"]
 
@@ -60,6 +62,13 @@ class MemoryServer:
     def connections(self) -> int:
         """Connections dialed so far."""
         return len(self.transports)
+
+    def client(self, **options: Unpack[ClientOptions]) -> Client:
+        """An async :class:`~conveyor_sdk.client.Client` whose every call (task calls, ``admin``)
+        reaches this server over in-memory connections; close it (``async with``) before stopping."""
+        if not self.url:
+            raise FailedPrecondition("start the MemoryServer (async with) before making a client on it")
+        return Client(self.url, dialer=self.dial, **options)
 
     async def start(self) -> str:
         """Start the server's services; returns its URL (which names no real host)."""
