@@ -16,6 +16,7 @@ from conveyor_sdk._client.h2transport import H2Transport
 from conveyor_sdk._h2kernel.streams import retired_streams
 from conveyor_sdk.client import Client, RetryConfig
 from conveyor_sdk.errors import DeadlineExceeded, Unavailable
+from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_server_min.testing import ServerProcess
 from tests.sdk_client._h2peer import Knobs, UnaryPeer
 from tests.sdk_transport._helpers import make_certs
@@ -31,11 +32,11 @@ async def until(cond: Callable[[], bool], within: float = 10.0) -> None:
             await asyncio.sleep(0.01)
 
 
-def test_concurrent_calls_share_one_connection(url: str) -> None:
+def test_concurrent_calls_share_one_connection(memory: Callable[..., MemoryServer]) -> None:
     """64 concurrent enqueues against the reference server use one connection and all commit."""
 
     async def main() -> None:
-        async with Client(url) as client:
+        async with memory() as server, server.client() as client:
             assert client._h2 is not None
             infos = await asyncio.gather(*(client.enqueue("h2:many", {"i": i}) for i in range(64)))
             assert len({info.id for info in infos}) == 64
@@ -118,12 +119,12 @@ def test_goaway_fails_unprocessed_streams_retryably() -> None:
     asyncio.run(main())
 
 
-def test_large_payloads_both_ways(url: str) -> None:
+def test_large_payloads_both_ways(memory: Callable[..., MemoryServer]) -> None:
     """Near-limit payloads cross both directions' flow-control windows, several at once."""
     blobs = [bytes([i]) * (1_000_000 - i) for i in range(4)]
 
     async def main() -> None:
-        async with Client(url) as client:
+        async with memory() as server, server.client() as client:
             infos = await asyncio.gather(
                 *(client.enqueue("big", b, content_type="application/octet-stream") for b in blobs)
             )
@@ -215,15 +216,16 @@ def test_connection_lost_mid_call_is_unavailable() -> None:
     asyncio.run(main())
 
 
-def test_closed_client_refuses_calls(url: str) -> None:
+def test_closed_client_refuses_calls(memory: Callable[..., MemoryServer]) -> None:
     """A call after aclose() is a non-retryable Unavailable, not a hang."""
 
     async def main() -> None:
-        client = Client(url)
-        await client.enqueue("open")
-        await client.aclose()
-        with pytest.raises(Unavailable, match="closed"):
-            await client.enqueue("closed")
+        async with memory() as server:
+            client = server.client()
+            await client.enqueue("open")
+            await client.aclose()
+            with pytest.raises(Unavailable, match="closed"):
+                await client.enqueue("closed")
 
     asyncio.run(main())
 
@@ -278,12 +280,12 @@ def test_header_lists_are_built_once_per_distinct_request() -> None:
         transport._headers(pyqwest.Request("POST", "http://elsewhere:2/a"))
 
 
-def test_finished_streams_leave_h2s_table(url: str) -> None:
+def test_finished_streams_leave_h2s_table(memory: Callable[..., MemoryServer]) -> None:
     """The send path counts open streams only near the server's limit; reads retire finished
     streams, so h2's stream table does not grow with the calls made."""
 
     async def main() -> tuple[int, int]:
-        async with Client(url) as client:
+        async with memory() as server, server.client() as client:
             for i in range(30):
                 await client.enqueue("h2:retire", {"i": i})
             conn = client._h2._conn  # type: ignore[union-attr]

@@ -1,20 +1,23 @@
 """A failure inside the HTTP/2 kernel's fast path is reported as ours, and later calls take the public path.
 
 The fault is made the way a renamed h2 internal would show itself at run time: code of the fast
-path raises AttributeError. Against a real reference server.
+path raises AttributeError. Against a real reference server, in-process over in-memory connections
+(the fault is in the client's read, which is the same code over a socket).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from conveyor_sdk._h2kernel import client_fast, probe
-from conveyor_sdk.client import Client, RetryConfig
+from conveyor_sdk.client import RetryConfig
 from conveyor_sdk.errors import Internal, Unavailable
+from conveyor_sdk.testing.memory import MemoryServer
 from tests._h2paths import FAST_ONLY
 
 pytestmark = FAST_ONLY
@@ -34,10 +37,10 @@ def broken_read(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_fast_path_failure_is_our_internal_error_and_the_next_call_takes_the_public_path(
-    url: str, broken_read: None, caplog: pytest.LogCaptureFixture
+    memory: Callable[..., MemoryServer], broken_read: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def main() -> tuple[BaseException, str]:
-        async with Client(url, retry=RetryConfig(attempts=1)) as client:
+        async with memory() as server, server.client(retry=RetryConfig(attempts=1)) as client:
             with pytest.raises(Exception) as failed:
                 await client.enqueue("kernel:fault", {"i": 0})
             assert not probe.fast  # every later connection takes h2's public path

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import h2.config
@@ -18,8 +19,7 @@ from hypothesis import strategies as st
 from conveyor_sdk._h2kernel.client import CachingEncoder, Connection
 from conveyor_sdk._h2kernel.client_fast import send_request
 from conveyor_sdk._h2kernel.streams import retire_closed
-from conveyor_sdk.client import Client
-from conveyor_server_min.testing import ServerProcess
+from conveyor_sdk.testing.memory import MemoryServer
 from tests._h2paths import FAST_ONLY
 
 pytestmark = FAST_ONLY
@@ -257,17 +257,16 @@ def test_an_ordinary_request_is_framed_directly() -> None:
     assert conn.get_next_available_stream_id() == 5
 
 
-def test_real_calls_take_the_fast_path() -> None:
+def test_real_calls_take_the_fast_path(memory: Callable[..., MemoryServer]) -> None:
     """Calls of the async Client against the reference server send their requests on the fast path."""
 
     async def main() -> tuple[int, int]:
-        with ServerProcess() as srv:
-            async with Client(srv.url) as client:
-                for i in range(5):
-                    info = await client.enqueue("t", b"%d" % i, queue="q", content_type="text/plain")
-                    assert (await client.get_task(info.id)).id == info.id
-                conn = client._h2._conn  # type: ignore[union-attr]
-                return int(conn.fast_sends), int(conn.h2.highest_outbound_stream_id)
+        async with memory() as server, server.client() as client:
+            for i in range(5):
+                info = await client.enqueue("t", b"%d" % i, queue="q", content_type="text/plain")
+                assert (await client.get_task(info.id)).id == info.id
+            conn = client._h2._conn  # type: ignore[union-attr]
+            return int(conn.fast_sends), int(conn.h2.highest_outbound_stream_id)
 
     fast_sends, last_id = asyncio.run(main())
     assert last_id == 19  # ten calls, one stream each

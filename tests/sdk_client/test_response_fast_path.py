@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import h2.config
@@ -16,8 +17,7 @@ from hypothesis import strategies as st
 from conveyor_sdk._h2kernel.client import Connection
 from conveyor_sdk._h2kernel.client_fast import take_response_frames
 from conveyor_sdk._h2kernel.hpackfast import FastDecoder
-from conveyor_sdk.client import Client
-from conveyor_server_min.testing import ServerProcess
+from conveyor_sdk.testing.memory import MemoryServer
 from tests._h2paths import FAST_ONLY
 
 pytestmark = FAST_ONLY
@@ -171,16 +171,15 @@ def test_an_ordinary_response_skips_h2s_parser() -> None:
     assert len(conn.processed_headers) == 1  # type: ignore[attr-defined]  # streams 3 and 5: one block
 
 
-def test_real_calls_take_the_fast_path() -> None:
+def test_real_calls_take_the_fast_path(memory: Callable[..., MemoryServer]) -> None:
     """Calls of the async Client against the reference server read their answers on the fast path."""
 
     async def main() -> int:
-        with ServerProcess() as srv:
-            async with Client(srv.url) as client:
-                for i in range(5):
-                    info = await client.enqueue("t", b"%d" % i, queue="q", content_type="text/plain")
-                    assert (await client.get_task(info.id)).id == info.id
-                conn = client._h2._conn  # type: ignore[union-attr]
-                return int(conn.fast_reads)
+        async with memory() as server, server.client() as client:
+            for i in range(5):
+                info = await client.enqueue("t", b"%d" % i, queue="q", content_type="text/plain")
+                assert (await client.get_task(info.id)).id == info.id
+            conn = client._h2._conn  # type: ignore[union-attr]
+            return int(conn.fast_reads)
 
     assert asyncio.run(main()) >= 8
