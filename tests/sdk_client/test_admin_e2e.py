@@ -1,15 +1,19 @@
-"""client.admin against the real reference server: task actions, listing, queues, sessions."""
+"""client.admin against the real reference server: task actions, listing, queues, sessions.
+
+The async admin meets it in-process over in-memory connections, the blocking one over a socket."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from conveyor_sdk.client import Client, SyncClient
+from conveyor_sdk.client import SyncClient
 from conveyor_sdk.errors import FailedPrecondition, InvalidArgument, NotFound
+from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_sdk.types import TaskState
 
 
@@ -17,11 +21,11 @@ def uid(prefix: str = "q") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def test_task_actions_move_states(url: str) -> None:
+def test_task_actions_move_states(memory: Callable[..., MemoryServer]) -> None:
     """cancel, archive, run, reschedule and delete change state as the protocol says."""
 
     async def main() -> None:
-        async with Client(url) as client:
+        async with memory() as server, server.client() as client:
             queue = uid()
             later = await client.enqueue("t", queue=queue, process_in=3600)
             await client.admin.run_task(later.id)
@@ -45,11 +49,11 @@ def test_task_actions_move_states(url: str) -> None:
     asyncio.run(main())
 
 
-def test_list_tasks_filters_and_pages(url: str) -> None:
+def test_list_tasks_filters_and_pages(memory: Callable[..., MemoryServer]) -> None:
     """list_tasks filters by queue and state; iter_tasks follows page tokens."""
 
     async def main() -> None:
-        async with Client(url) as client:
+        async with memory() as server, server.client() as client:
             queue = uid()
             ids = [(await client.enqueue("t", {"i": i}, queue=queue)).id for i in range(5)]
             delayed = await client.enqueue("t", queue=queue, process_in=600)

@@ -1,10 +1,13 @@
-"""client.admin cron, limits, groups, info, server_version and watch_events against the real server."""
+"""client.admin cron, limits, groups, info, server_version and watch_events against the real server.
+
+The async-only cases meet it in-process over in-memory connections, the others over a socket."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -19,6 +22,7 @@ from conveyor_sdk.client import (
     ValidationError,
 )
 from conveyor_sdk.errors import InvalidArgument, NotFound
+from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_sdk.types import RetryPolicy, RetryStrategy, TaskState
 from tests._util import wait_until
 
@@ -55,12 +59,12 @@ def test_cron_round_trip_sync(url: str) -> None:
             client.admin.pause_cron("no-such-entry")
 
 
-def test_limits_and_groups_async(url: str) -> None:
+def test_limits_and_groups_async(memory: Callable[..., MemoryServer]) -> None:
     """Rate, concurrency and group settings round-trip through the async client."""
     queue = uid()
 
     async def main() -> None:
-        async with Client(url) as client:
+        async with memory() as server, server.client() as client:
             admin = client.admin
             await admin.set_rate_limit(queue, 2.5, burst=4)
             assert RateLimit(queue, 2.5, 4) in await admin.list_rate_limits()
@@ -119,12 +123,12 @@ def test_info_and_server_version(url: str) -> None:
     assert asyncio.run(main()) == version.server_version
 
 
-def test_watch_events_async(url: str) -> None:
+def test_watch_events_async(memory: Callable[..., MemoryServer]) -> None:
     """watch_events yields typed events filtered by queue and type."""
     queue = uid()
 
     async def main() -> None:
-        async with Client(url) as client:
+        async with memory() as server, server.client() as client:
             seen: list[str] = []
 
             async def produce() -> None:

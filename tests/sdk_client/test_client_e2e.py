@@ -1,4 +1,7 @@
-"""Client against the real reference server: every option, the three enqueue RPCs, errors, protocols."""
+"""Client against the real reference server: every option, the three enqueue RPCs, errors, protocols.
+
+The async Client meets it in-process over in-memory connections; SyncClient, HTTP/1.1, a closed
+port and auth flags use a server subprocess on a socket."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import pytest
 from conveyor_sdk.client import Client, RetryConfig, SyncClient, task
 from conveyor_sdk.codecs import OCTET_STREAM
 from conveyor_sdk.errors import DuplicateTask, InvalidArgument, NotFound, Unauthenticated, Unavailable
+from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_sdk.types import Dependency, OnFailure, RetryPolicy, RetryStrategy, TaskState
 from conveyor_server_min.testing import ServerProcess
 
@@ -22,11 +26,11 @@ def uid(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-def test_enqueue_with_every_option_and_read_it_back(url: str) -> None:
+def test_enqueue_with_every_option_and_read_it_back(memory: Callable[..., MemoryServer]) -> None:
     """Options reach the server: state, priority, max_retry, queue, payload and content type round-trip."""
 
     async def main() -> None:
-        async with Client(url) as client:
+        async with memory() as server, server.client() as client:
             tid = uid()
             info = await client.enqueue(
                 "email:welcome",
@@ -59,11 +63,11 @@ def test_enqueue_with_every_option_and_read_it_back(url: str) -> None:
     asyncio.run(main())
 
 
-def test_server_defaults_and_initial_states(url: str) -> None:
+def test_server_defaults_and_initial_states(memory: Callable[..., MemoryServer]) -> None:
     """Defaults (queue default, priority 4, max_retry 25) and PENDING/BLOCKED/AGGREGATING initial states."""
 
     async def main() -> None:
-        async with Client(url) as client:
+        async with memory() as server, server.client() as client:
             plain = await client.enqueue("plain")
             assert (plain.queue, plain.priority, plain.max_retry, plain.state) == (
                 "default",
@@ -85,11 +89,11 @@ def test_server_defaults_and_initial_states(url: str) -> None:
     asyncio.run(main())
 
 
-def test_duplicates_and_not_found(url: str) -> None:
+def test_duplicates_and_not_found(memory: Callable[..., MemoryServer]) -> None:
     """A repeated task_id or a live unique_key is DuplicateTask; an unknown id is NotFound."""
 
     async def main() -> None:
-        async with Client(url) as client:
+        async with memory() as server, server.client() as client:
             tid, key = uid(), uid("u")
             await client.enqueue("t", task_id=tid)
             with pytest.raises(DuplicateTask):
@@ -103,11 +107,11 @@ def test_duplicates_and_not_found(url: str) -> None:
     asyncio.run(main())
 
 
-def test_enqueue_batch_reports_per_item_results(url: str) -> None:
+def test_enqueue_batch_reports_per_item_results(memory: Callable[..., MemoryServer]) -> None:
     """EnqueueBatch commits good items and reports the bad one's error in its position."""
 
     async def main() -> None:
-        async with Client(url) as client:
+        async with memory() as server, server.client() as client:
             key = uid("u")
             results = await client.enqueue_batch(
                 [task("a", 1, unique_key=key), task("b", 2, unique_key=key), task("c", 3)]
@@ -119,11 +123,11 @@ def test_enqueue_batch_reports_per_item_results(url: str) -> None:
     asyncio.run(main())
 
 
-def test_enqueue_tx_is_atomic(url: str) -> None:
+def test_enqueue_tx_is_atomic(memory: Callable[..., MemoryServer]) -> None:
     """EnqueueTx commits all in order, or nothing when one item collides."""
 
     async def main() -> None:
-        async with Client(url) as client:
+        async with memory() as server, server.client() as client:
             ids = [uid(), uid()]
             tasks = await client.enqueue_tx([task("a", 1, task_id=ids[0]), task("b", 2, task_id=ids[1])])
             assert [t.id for t in tasks] == ids
@@ -139,11 +143,13 @@ def test_enqueue_tx_is_atomic(url: str) -> None:
 @pytest.mark.parametrize(
     ("protocol", "wire_format"), [("connect", "json"), ("grpc", "proto"), ("grpc", "json")]
 )
-def test_every_protocol_and_wire_format(url: str, protocol: str, wire_format: str) -> None:
+def test_every_protocol_and_wire_format(
+    memory: Callable[..., MemoryServer], protocol: str, wire_format: str
+) -> None:
     """Connect/gRPC with proto/JSON all enqueue, read back and surface errors the same way."""
 
     async def main() -> None:
-        async with Client(url, protocol=protocol, wire_format=wire_format) as client:  # type: ignore[arg-type]
+        async with memory() as server, server.client(protocol=protocol, wire_format=wire_format) as client:  # type: ignore[arg-type]
             info = await client.enqueue("x", {"n": 1}, process_in=60, depends_on=[])
             assert (await client.get_task(info.id)).state is TaskState.SCHEDULED
             with pytest.raises(NotFound):
