@@ -162,30 +162,25 @@ class Router:
     async def _dispatch(self, io: CallIO, neg: Negotiated, reply: Reply, body: bytes | None) -> None:
         path, wire = io.path, neg.wire
         unary = self.services.unary.get(path)
-        stream = self.services.server_streams.get(path)
-        is_session = path == SESSION_PATH
-        if unary is None and stream is None and not is_session:
-            raise Unimplemented(f"method {path} is not implemented by this server")
-        if wire in (Wire.CONNECT_UNARY, Wire.CONNECT_STREAM) and (wire is Wire.CONNECT_UNARY) != (
-            unary is not None
-        ):
-            kind = "unary" if unary is not None else "streaming"
-            plain_response(io, 415, f"content-type {neg.content_type} cannot carry a {kind} call")
+        stream = None if unary is not None else self.services.server_streams.get(path)
+        if not self._admit(io, neg, unary is not None, stream is not None):
             return
-        if wire is Wire.GRPC and not io.http2:
-            raise Unimplemented("gRPC requires HTTP/2; use Connect or gRPC-Web over HTTP/1.1")
-        if is_session and (wire is Wire.GRPC_WEB or not io.http2):
-            raise Unimplemented("the Session stream needs gRPC or Connect streaming over HTTP/2")
-        denied = self.auth.check(io.headers.get("authorization"))
-        if denied is not None:
-            raise denied
         ctx = CallContext(peer=io.peer, headers=io.headers)
         encoding = io.headers.get(wire.compression_header)
         if unary is not None:
-            request = await self._read_unary(io, neg, unary.request_type, encoding, body)
+            if body is not None and wire is Wire.CONNECT_UNARY:  # all there: no reading, no awaiting
+                if len(body) > self.max_message:
+                    raise ResourceExhausted(f"request body exceeds the limit of {self.max_message} bytes")
+                data = decompress(encoding, body, self.max_message)
+                request = neg.codec.decode(data, unary.request_type)
+            else:
+                request = await self._read_unary(io, neg, unary.request_type, encoding, body)
             timeout = parse_timeout(wire, io.headers)
-            response = await _with_timeout(unary.handler(request, ctx), timeout)
-            await reply.unary(neg.codec.encode(response))
+            call = unary.handler(request, ctx)
+            response = await (call if timeout is None else _with_timeout(call, timeout))
+            payload = neg.codec.encode(response)
+            if not reply.whole(payload):
+                await reply.unary(payload)
         elif stream is not None:
             request = await self._read_framed_single(io, neg, stream.request_type, encoding, body)
             reply.start()
@@ -194,6 +189,25 @@ class Router:
             await reply.end(None)
         else:
             await self._session(io, neg, reply, ctx, encoding)
+
+    def _admit(self, io: CallIO, neg: Negotiated, unary: bool, stream: bool) -> bool:
+        """Raise (or answer 415 and return False) when the call cannot go to its handler."""
+        wire, path = neg.wire, io.path
+        is_session = not unary and not stream and path == SESSION_PATH
+        if not unary and not stream and not is_session:
+            raise Unimplemented(f"method {path} is not implemented by this server")
+        if wire in (Wire.CONNECT_UNARY, Wire.CONNECT_STREAM) and (wire is Wire.CONNECT_UNARY) != unary:
+            kind = "unary" if unary else "streaming"
+            plain_response(io, 415, f"content-type {neg.content_type} cannot carry a {kind} call")
+            return False
+        if wire is Wire.GRPC and not io.http2:
+            raise Unimplemented("gRPC requires HTTP/2; use Connect or gRPC-Web over HTTP/1.1")
+        if is_session and (wire is Wire.GRPC_WEB or not io.http2):
+            raise Unimplemented("the Session stream needs gRPC or Connect streaming over HTTP/2")
+        denied = self.auth.check(io.headers.get("authorization"))
+        if denied is not None:
+            raise denied
+        return True
 
     async def _session(
         self, io: CallIO, neg: Negotiated, reply: Reply, ctx: CallContext, encoding: str | None
