@@ -65,6 +65,8 @@ def _presence() -> None:
     _has(conn, "_data_to_send", bytearray)
     _has(conn, "_open_streams _prepare_for_sending _terminate_connection _receive_goaway_frame")
     _has(conn, "_receive_headers_frame")
+    _has(conn, "highest_inbound_stream_id", int)
+    _has(conn, "_closed_streams", dict)
     window = getattr(conn, "_inbound_flow_control_window_manager", None)
     _need(window is not None, "H2Connection._inbound_flow_control_window_manager is missing")
     _has(window, "current_window_size _bytes_processed max_window_size", int)
@@ -229,6 +231,61 @@ def _unary_answer() -> None:
     _need(states[0] == states[1], "send_unary left the stream otherwise than h2")
 
 
+def _taken_request() -> None:
+    """A request taken whole (take_unary) and answered (send_unary), and one taken and then given
+    to h2 (open_taken): the same bytes, client events, stream state, windows and record of closed
+    streams as h2's receive_data and answer on a twin pair."""
+    pairs = [_pair(lambda: h2.connection.H2Connection(config=PLAIN_CLIENT_CONFIG), True) for _ in "fp"]
+    fields = [(":status", "200"), ("content-type", "application/proto"), ("content-length", "3")]
+    for sid in (1, 3, 5):  # the first block adds its fields to the HPACK table: h2 reads it
+        sent = []
+        for client, _srv, _frames in pairs:
+            client.send_headers(sid, _HEADERS)
+            client.send_data(sid, _BODY, end_stream=True)
+            sent.append(client.data_to_send())
+        _need(sent[0] == sent[1], "the twin clients sent different requests")
+        (fc, fs, frames), (pc, ps, _) = pairs
+        taken = server.take_unary(fs, frames, sent[0])
+        ps.receive_data(sent[1])
+        if sid == 1:
+            _need(taken is None, "take_unary took a block that changes the HPACK table")
+            fs.receive_data(sent[0])
+        else:
+            _need(taken is not None and taken[0] == sid and taken[2] == _BODY, "take_unary declined")
+            _need(sid not in fs.streams, "take_unary gave h2 a stream")
+        if sid == 5 and taken is not None:
+            server.open_taken(fs, sid, taken[1], taken[2])
+            fast, public = fs.streams[sid], ps.streams[sid]
+            _need(
+                vars(fast.state_machine) == vars(public.state_machine),
+                "open_taken moved the stream otherwise",
+            )
+            _need(
+                (fast._expected_content_length, fast._actual_content_length,
+                 fast._inbound_window_manager.current_window_size, fast.outbound_flow_control_window)
+                == (public._expected_content_length, public._actual_content_length,
+                    public._inbound_window_manager.current_window_size, public.outbound_flow_control_window),
+                "open_taken counted the stream otherwise",
+            )  # fmt: skip
+        _need(server_conn.send_unary(fs, sid, "application/proto", b"abc"), "send_unary declined")
+        ps.send_headers(sid, fields)
+        ps.send_data(sid, b"abc", end_stream=True)
+        answers = fs.data_to_send(), ps.data_to_send()  # HPACK: ours are literals, h2 indexes
+        _need(
+            _shape(fc.receive_data(answers[0])) == _shape(pc.receive_data(answers[1])),
+            "the client saw otherwise",
+        )
+        for srv in (fs, ps):
+            server_conn.acknowledge(srv, sid, len(_BODY))
+            retire_closed(srv)
+        _need(fs.data_to_send() == ps.data_to_send(), "acknowledging a taken request queued other bytes")
+        for attr in ("_closed_streams", "highest_inbound_stream_id", "outbound_flow_control_window"):
+            _need(getattr(fs, attr) == getattr(ps, attr), f"a taken request left {attr} otherwise")
+        window = fs._inbound_flow_control_window_manager, ps._inbound_flow_control_window_manager
+        _need(vars(window[0]) == vars(window[1]), "a taken request counted the connection window otherwise")
+        _need(not fs.streams and not fs.unanswered, "a taken request left a stream behind")  # type: ignore[attr-defined]
+
+
 def _session_and_goaway() -> None:
     fc, fs, _ = _pair(lambda: Connection(config=h2.config.H2Configuration(client_side=True)), True)
     fc.send_headers(1, _HEADERS)
@@ -257,6 +314,7 @@ def run() -> None:
         _round_trip()
         _repeated_answer()
         _unary_answer()
+        _taken_request()
         _session_and_goaway()
     except ProbeFailed as exc:
         probe.use_public(f"the import-time check failed ({exc})")

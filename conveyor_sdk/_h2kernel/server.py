@@ -48,10 +48,10 @@ from h2.stream import H2Stream, H2StreamStateMachine, StreamInputs, StreamState
 from conveyor_sdk._h2kernel import probe
 from conveyor_sdk._h2kernel.guard import HEADER_COST, GuardedFrameBuffer
 from conveyor_sdk._h2kernel.hpackfast import FastDecoder
-from conveyor_sdk._h2kernel.server_conn import SERVER_CONFIG
+from conveyor_sdk._h2kernel.server_conn import SERVER_CONFIG, RefusingConnection
 from conveyor_sdk._h2kernel.streams import new_stream
 
-__all__ = ["take_frames"]
+__all__ = ["open_taken", "take_frames", "take_unary"]
 
 _DATA, _HEADERS = 0x0, 0x1
 _END_STREAM, _END_HEADERS = 0x1, 0x4
@@ -239,3 +239,107 @@ def _open_request(stream: H2Stream, headers: list[Any], end: bool) -> list[Any] 
         stream._initialize_content_length(headers)  # raises on a bad value, as in receive_headers
     event.headers = list(headers)
     return events
+
+
+def take_unary(
+    conn: h2.connection.H2Connection, buffer: GuardedFrameBuffer, data: bytes
+) -> tuple[int, Any, bytes] | None:
+    """A whole unary request that is all of ``data``: ``(stream_id, headers, body)``, else None
+    (nothing changed: hand ``data`` to :func:`take_frames` and h2).
+
+    Whole: a HEADERS frame (END_HEADERS only) opening a new client stream, then one DATA frame
+    with END_STREAM on it, ending the read; a header block :meth:`FastDecoder.decode_cached`
+    reads, no ``:status``, a content-length (if any) equal to the body's, a body within the
+    stream's and the connection's windows, fewer streams open than our limit. h2 gets no stream
+    for it: the connection window is charged, the stream id recorded as the highest, and the id
+    kept as the connection's ``unanswered`` one. :func:`.server_conn.send_unary` answers it as h2
+    would answer an ended request and records it as closed; anything else must first give h2 its
+    stream with :func:`open_taken`, as it stood after the read (HALF_CLOSED_REMOTE, both frames
+    counted). At most one stream is taken at a time: the caller opens or answers it before its
+    read ends, so that later frames on it find what h2 expects.
+    """
+    if not probe.fast or not _OWN_TRANSITIONS or not isinstance(conn, RefusingConnection):
+        return None
+    try:
+        framing = _whole_request(conn, buffer, data)
+        if framing is None:
+            return None
+        stream_id, block_end, length = framing
+        window = conn._inbound_flow_control_window_manager
+        decoder: FastDecoder = conn.decoder  # type: ignore[assignment]  # checked by _whole_request
+        headers = None if length > window.current_window_size else decoder.decode_cached(data[9:block_end])
+        if headers is None:
+            return None  # h2 raises FlowControlError, or reads the block (HPACK state)
+        for name, value in headers:
+            if name == b":status" or (name == b"content-length" and not _same_length(value, length)):
+                return None  # h2 judges (and refuses) these
+        if len(conn.streams) >= conn.stream_limit and (
+            conn.open_inbound_streams >= conn.local_settings.max_concurrent_streams
+        ):
+            return None  # the refusing path (RST_STREAM REFUSED_STREAM) is h2's
+        window.window_consumed(length)
+        buffer.budget -= HEADER_COST + 1
+        buffer.empty_frames = 0
+        conn.highest_inbound_stream_id = stream_id
+        conn.unanswered = stream_id
+        return stream_id, headers, data[block_end + 9 :]
+    except Exception as exc:
+        raise probe.KernelFault("take_unary") from exc
+
+
+def _whole_request(
+    conn: RefusingConnection, buffer: GuardedFrameBuffer, data: bytes
+) -> tuple[int, int, int] | None:
+    """``(stream_id, end of the header block, body length)`` when ``data`` is exactly HEADERS
+    (END_HEADERS only) + DATA (END_STREAM only) on one new client stream, within every frame and
+    window limit, on a connection with nothing pending; else None."""
+    size = len(data)
+    if (
+        size < 18
+        or data[3] != _HEADERS
+        or data[4] != _END_HEADERS
+        or conn.unanswered
+        or conn.config is not SERVER_CONFIG
+        or buffer._data
+        or buffer._headers_buffer
+        or buffer._preamble_len
+        or buffer.budget < HEADER_COST + 1
+        or conn.state_machine.state is not ConnectionState.SERVER_OPEN
+        or not isinstance(conn.decoder, FastDecoder)
+    ):
+        return None
+    block_end = 9 + int.from_bytes(data[:3], "big")
+    body_start = block_end + 9
+    length = size - body_start
+    limit = conn.max_inbound_frame_size
+    stream_id = int.from_bytes(data[5:9], "big")
+    if (
+        length < 0
+        or int.from_bytes(data[block_end : block_end + 3], "big") != length
+        or data[block_end + 3] != _DATA
+        or data[block_end + 4] != _END_STREAM
+        or data[block_end + 5 : body_start] != data[5:9]
+        or block_end - 9 > min(limit, buffer.max_header_bytes)
+        or length > limit
+        or not stream_id & 1
+        or stream_id <= conn.highest_inbound_stream_id
+        or stream_id > _MAX_STREAM_ID
+        or length > conn.local_settings.initial_window_size
+    ):
+        return None
+    return stream_id, block_end, length
+
+
+def _same_length(value: bytes, length: int) -> bool:
+    return value.isdigit() and int(value) == length
+
+
+def open_taken(conn: h2.connection.H2Connection, stream_id: int, headers: Any, body: bytes) -> None:
+    """Give h2 the stream of a request :func:`take_unary` took, as h2's ``receive_data`` would have
+    left it (HALF_CLOSED_REMOTE, the body counted in its window and content length)."""
+    if not isinstance(conn, RefusingConnection) or conn.unanswered != stream_id:
+        raise probe.KernelFault(f"open_taken: stream {stream_id} was not taken")
+    stream = new_stream(conn, stream_id)
+    conn.unanswered = 0
+    if _open_request(stream, headers, False) is None or _take_data(stream, body, True) is None:
+        raise probe.KernelFault(f"open_taken: stream {stream_id} could not be opened")

@@ -60,6 +60,7 @@ class RefusingConnection(h2.connection.H2Connection):
     """
 
     _bypass_limit = False
+    unanswered = 0  # a request taken whole without an h2 stream (see server.take_unary), or 0
     stream_limit = 0  # SETTINGS_MAX_CONCURRENT_STREAMS we announce (set by new_server_h2)
     _refused: list[int] | None = None
 
@@ -189,8 +190,13 @@ def acknowledge(conn: h2.connection.H2Connection, stream_id: int, size: int) -> 
         return True
     stream = conn.streams.get(stream_id)
     connection = conn._inbound_flow_control_window_manager
-    if size <= 0 or stream is None or _reopens(connection, size):
+    if size <= 0 or _reopens(connection, size):
         return _through_h2(conn, stream_id, size)
+    if stream is None:
+        if stream_id > conn.highest_inbound_stream_id:
+            return _through_h2(conn, stream_id, size)  # h2 raises NoSuchStreamError
+        connection._bytes_processed += size  # a closed (or taken) stream: h2 counts the connection only
+        return False
     own = stream._inbound_window_manager if STREAM_OPEN[stream.state_machine.state] else None
     if own is not None and _reopens(own, size):
         return _through_h2(conn, stream_id, size)
@@ -234,11 +240,16 @@ def send_unary(conn: h2.connection.H2Connection, stream_id: int, content_type: s
     fields are literals without indexing, so the HPACK table stays h2's; the stream moves as h2's
     send_headers + send_data(end_stream=True) move it (to CLOSED, closed by SEND_END_STREAM). h2
     would also validate the fields, encode them and run both state machines: about a third of the
-    server's CPU for a unary Enqueue.
+    server's CPU for a unary Enqueue. A request :func:`.server.take_unary` took (no h2 stream yet)
+    is answered the same way, see :func:`_answer_taken`.
     """
-    stream = conn.streams.get(stream_id)
-    if stream is None or not probe.fast:
+    if not probe.fast:
         return False
+    stream = conn.streams.get(stream_id)
+    if stream is None:  # none yet (a request taken whole), or gone
+        return stream_id == getattr(conn, "unanswered", 0) and _answer_taken(
+            conn, stream_id, content_type, body
+        )
     machine = stream.state_machine
     size = len(body)
     if (
@@ -253,6 +264,36 @@ def send_unary(conn: h2.connection.H2Connection, stream_id: int, content_type: s
         or len(content_type) > 100
     ):
         return False
+    _write_unary(conn, stream_id, content_type, body)
+    machine.headers_sent = True
+    machine.state = StreamState.CLOSED
+    machine.stream_closed_by = StreamClosedBy.SEND_END_STREAM
+    stream.outbound_flow_control_window -= size
+    return True
+
+
+def _answer_taken(conn: Any, stream_id: int, content_type: str, body: bytes) -> bool:
+    """send_unary for a request :func:`.server.take_unary` took: h2 never had its stream, so it
+    is recorded as h2 records a stream it retires after that answer (closed by SEND_END_STREAM)."""
+    size = len(body)
+    if (
+        conn.state_machine.state is not ConnectionState.SERVER_OPEN
+        or conn.encoder.header_table.resized
+        or size > conn.remote_settings.initial_window_size
+        or size > conn.outbound_flow_control_window
+        or size > conn.max_outbound_frame_size
+        or len(content_type) > 100
+    ):
+        return False
+    _write_unary(conn, stream_id, content_type, body)
+    conn._closed_streams[stream_id] = StreamClosedBy.SEND_END_STREAM
+    conn.unanswered = 0
+    return True
+
+
+def _write_unary(conn: Any, stream_id: int, content_type: str, body: bytes) -> None:
+    """The HEADERS and DATA(END_STREAM) frames of a plain answer; charges the connection window."""
+    size = len(body)
     prefix = _HEADER_PREFIX.get(content_type)
     if prefix is None:
         if len(_HEADER_PREFIX) >= 16:
@@ -263,9 +304,4 @@ def send_unary(conn: h2.connection.H2Connection, stream_id: int, content_type: s
     out = conn._data_to_send
     out += len(block).to_bytes(3, "big") + b"\x01\x04" + sid + block  # HEADERS, END_HEADERS
     out += size.to_bytes(3, "big") + b"\x00\x01" + sid + body  # DATA, END_STREAM
-    machine.headers_sent = True
-    machine.state = StreamState.CLOSED
-    machine.stream_closed_by = StreamClosedBy.SEND_END_STREAM
-    stream.outbound_flow_control_window -= size
     conn.outbound_flow_control_window -= size
-    return True

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 import h2.errors
 import h2.events
@@ -33,11 +34,11 @@ import h2.exceptions
 
 from conveyor_sdk._h2kernel import probe
 from conveyor_sdk._h2kernel.guard import FRAMES_PER_TURN
-from conveyor_sdk._h2kernel.server import take_frames
+from conveyor_sdk._h2kernel.server import open_taken, take_frames, take_unary
 from conveyor_sdk._h2kernel.server_conn import acknowledge, new_server_h2, release, send_data, send_unary
 from conveyor_sdk._h2kernel.streams import retire_closed
 
-from .h2stream import HIGH_WATER, H2Stream, header_dict
+from .h2stream import BODY_BUDGET, HIGH_WATER, H2Stream, header_dict
 from .inline import start_inline
 from .limits import Deadline, FloodCounters, HttpLimits, WindowCounter, close_soon
 from .rpc import Router
@@ -77,6 +78,10 @@ class H2Connection:
         self._next_turn = False  # frames are waiting in the buffer for the next loop turn
         self._linger_left = LINGER_BYTES
         self._fields: dict[object, tuple[str, str]] = {}  # see header_dict
+        # The last header list the kernel's decoder gave a taken request and its header_dict: a
+        # client repeats its header block, and the decoder hands back the same list object for it.
+        self._raw_headers: object = None
+        self._headers: dict[str, str] = {}
         # Shared by the client's connections (see Hub.floods_for): reconnecting does not refill them.
         floods = floods or FloodCounters.new(limits)
         self._resets, self._pings = floods.resets, floods.pings
@@ -114,19 +119,12 @@ class H2Connection:
             return
         frames = self._frames
         frames.budget, frames.throttled = FRAMES_PER_TURN, False
-        try:
-            events, used = take_frames(self.h2, frames, data) if type(data) is bytes else ([], 0)
-            if used < len(data) or not used:
-                events += self.h2.receive_data(data[used:] if used else data)
-        except h2.exceptions.ProtocolError as exc:
-            log.debug("HTTP/2 protocol error from %s: %s", self.peer, exc)
-            self._write_out()  # h2 has queued the GOAWAY
-            self._finish(True)
+        parsed = self._parse(data)
+        if parsed is None:
             return
-        except Exception as exc:  # h2 raises ProtocolError for any bad input: anything else is ours
-            log.error("closing the connection from %s: %s", self.peer, probe.internal_error(exc).message)
-            self.close(h2.errors.ErrorCodes.INTERNAL_ERROR, linger=True)
-            return
+        events, taken = parsed
+        if taken is not None:
+            self._serve_taken(*taken)
         for event in events:
             if self._closed:
                 break
@@ -140,6 +138,28 @@ class H2Connection:
             self._next_turn = True  # more frames wait: parse them on a later turn, read nothing new
             self.transport.pause_reading()
             asyncio.get_running_loop().call_soon(self._continue_frames)
+
+    def _parse(self, data: bytes) -> tuple[list[h2.events.Event], tuple[int, Any, bytes] | None] | None:
+        """The read's events, or the whole unary request it is (the kernel's ``take_unary``); None
+        when it ended the connection."""
+        try:
+            if type(data) is not bytes:
+                return self.h2.receive_data(data), None
+            if not self._draining and (taken := take_unary(self.h2, self._frames, data)) is not None:
+                return [], taken
+            events, used = take_frames(self.h2, self._frames, data)
+            if used < len(data) or not used:
+                events += self.h2.receive_data(data[used:] if used else data)
+        except h2.exceptions.ProtocolError as exc:
+            log.debug("HTTP/2 protocol error from %s: %s", self.peer, exc)
+            self._write_out()  # h2 has queued the GOAWAY
+            self._finish(True)
+            return None
+        except Exception as exc:  # h2 raises ProtocolError for any bad input: anything else is ours
+            log.error("closing the connection from %s: %s", self.peer, probe.internal_error(exc).message)
+            self.close(h2.errors.ErrorCodes.INTERNAL_ERROR, linger=True)
+            return None
+        return events, None
 
     def _continue_frames(self) -> None:
         self._next_turn = False
@@ -171,6 +191,43 @@ class H2Connection:
             st.task = task
             self.tasks.add(task)
             task.add_done_callback(lambda _t, st=st: self._stream_done(st))  # runs even if never started
+
+    def _serve_taken(self, sid: int, raw: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """A whole unary request the kernel took without an h2 stream (``take_unary``): its handler's
+        first step runs now. h2 gets the stream (``open_taken``) before anything but the kernel's
+        one-step answer (``send_unary``) touches it, and at the latest before this read ends."""
+        if raw is self._raw_headers:
+            headers = self._headers  # the same block as last time (handlers only read headers)
+        else:
+            headers = header_dict(raw, self._fields)
+            self._raw_headers, self._headers = raw, headers
+        st = H2Stream(self, sid, headers)
+        st.ended_in = True
+        st.taken = (raw, body)
+        self.streams[sid] = st
+        self._idle.clear()
+        if self.router.runs_inline(st) and self.held_bytes + len(body) <= BODY_BUDGET:
+            # The unary handler takes the body whole: read and counted here, as read_chunk would.
+            st.held = len(body)
+            self.held_bytes += len(body)
+            self.ack(sid, len(body))
+            task = start_inline(self._run(st, body), f"h2-stream-{sid}")
+        else:
+            st.chunks.append((body, len(body)))  # read by the handler (or refused by read_chunk)
+            task = asyncio.get_running_loop().create_task(self._run(st), name=f"h2-stream-{sid}")
+        if task is None:
+            self._stream_done(st)
+        else:
+            st.task = task
+            self.tasks.add(task)
+            task.add_done_callback(lambda _t, st=st: self._stream_done(st))
+        if st.taken is not None and not self._closed:
+            self._open_taken(st)  # still unanswered: later frames on it must find h2's stream
+
+    def _open_taken(self, st: H2Stream) -> None:
+        raw, body = st.taken  # type: ignore[misc]
+        st.taken = None
+        open_taken(self.h2, st.id, raw, body)
 
     def _on_event(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.DataReceived):
@@ -239,9 +296,9 @@ class H2Connection:
         elif st.id in self.streams:
             self._forget(st)  # reset while only unsent response bytes were left
 
-    async def _run(self, st: H2Stream) -> None:
+    async def _run(self, st: H2Stream, body: bytes | None = None) -> None:
         try:
-            await self.router.handle(st)
+            await (self.router.handle(st) if body is None else self.router.handle(st, body))
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -274,6 +331,8 @@ class H2Connection:
                 self.close()
 
     def _reset_stream(self, st: H2Stream, code: h2.errors.ErrorCodes) -> None:
+        if st.taken is not None and not self._closed:
+            self._open_taken(st)
         with contextlib.suppress(h2.exceptions.H2Error):
             self.h2.reset_stream(st.id, code)
         self._kill(st)
@@ -292,6 +351,8 @@ class H2Connection:
     def send_headers(self, st: H2Stream, headers: list[tuple[str, str]], end: bool) -> None:
         if self._closed:
             return
+        if st.taken is not None:
+            self._open_taken(st)
         try:
             self.h2.send_headers(st.id, headers, end_stream=end)
         except h2.exceptions.H2Error:
@@ -306,7 +367,10 @@ class H2Connection:
     def send_whole(self, st: H2Stream, content_type: str, body: bytes) -> bool:
         """A unary 200 answer in one step (the kernel's send_unary); the stream's end
         (``_stream_done``, right after the handler returns) writes it out."""
-        return not self._closed and send_unary(self.h2, st.id, content_type, body)
+        if self._closed or not send_unary(self.h2, st.id, content_type, body):
+            return False
+        st.taken = None  # answered: the kernel recorded the stream as h2 records a closed one
+        return True
 
     def mark_ready(self, st: H2Stream) -> None:
         self._ready[st.id] = st
@@ -342,6 +406,8 @@ class H2Connection:
         self._write_out()
 
     def _flush_stream(self, st: H2Stream) -> None:
+        if st.taken is not None:
+            self._open_taken(st)
         conn = self.h2
         out = st.out
         try:

@@ -55,6 +55,7 @@ class H2Stream:
         "peer",
         "query",
         "reset",
+        "taken",
         "task",
         "trailers",
     )
@@ -76,6 +77,8 @@ class H2Stream:
         self.held = 0  # request bytes handed to the handler before it answered (see BODY_BUDGET)
         self.trailers: list[tuple[str, str]] | None = None
         self.task: asyncio.Task[None] | None = None
+        # The request's header list and body while h2 has no stream for it (see H2Connection._serve_taken).
+        self.taken: tuple[Any, bytes] | None = None
         self._readable: asyncio.Future[Any] | None = None
         self._drained: asyncio.Future[None] | None = None
 

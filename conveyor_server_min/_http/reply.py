@@ -131,12 +131,20 @@ class Reply:
             self.start()
         return self.io.try_write(encode_message(payload), urgent=urgent)
 
+    def whole(self, payload: bytes) -> bool:
+        """A Connect unary success in one step when the transport can (see ``CallIO.respond_whole``);
+        False: nothing sent, use :meth:`unary`."""
+        if self.neg.wire is not Wire.CONNECT_UNARY or not self.io.respond_whole(
+            self.neg.content_type, payload
+        ):
+            return False
+        self.started = True
+        return True
+
     async def unary(self, payload: bytes) -> None:
-        """Send a unary success response."""
+        """Send a unary success response in steps (after :meth:`whole` declined)."""
         if self.neg.wire is Wire.CONNECT_UNARY:
             self.started = True
-            if self.io.respond_whole(self.neg.content_type, payload):
-                return
             self.io.respond(
                 200, [("content-type", self.neg.content_type), ("content-length", str(len(payload)))]
             )

@@ -113,8 +113,12 @@ class Router:
             and not path.startswith(RPC_PREFIX)
         )
 
-    async def handle(self, io: CallIO) -> None:
-        """Serve one exchange to completion (always ends the response)."""
+    async def handle(self, io: CallIO, body: bytes | None = None) -> None:
+        """Serve one exchange to completion (always ends the response).
+
+        ``body``: the whole request body, when the transport already has all of it (and counted
+        it as read); None: read it from ``io``.
+        """
         web = self.web
         if io.method != "POST":
             if web is not None and io.path not in _HEALTH:
@@ -131,7 +135,7 @@ class Router:
             return
         reply = Reply(io, neg)
         try:
-            await self._dispatch(io, neg, reply)
+            await self._dispatch(io, neg, reply, body)
         except ConveyorError as exc:
             await self._fail(reply, exc)
         except asyncio.CancelledError:
@@ -155,19 +159,47 @@ class Router:
         else:
             plain_response(io, 404, "not found")
 
-    async def _dispatch(self, io: CallIO, neg: Negotiated, reply: Reply) -> None:
+    async def _dispatch(self, io: CallIO, neg: Negotiated, reply: Reply, body: bytes | None) -> None:
         path, wire = io.path, neg.wire
         unary = self.services.unary.get(path)
-        stream = self.services.server_streams.get(path)
-        is_session = path == SESSION_PATH
-        if unary is None and stream is None and not is_session:
-            raise Unimplemented(f"method {path} is not implemented by this server")
-        if wire in (Wire.CONNECT_UNARY, Wire.CONNECT_STREAM) and (wire is Wire.CONNECT_UNARY) != (
-            unary is not None
-        ):
-            kind = "unary" if unary is not None else "streaming"
-            plain_response(io, 415, f"content-type {neg.content_type} cannot carry a {kind} call")
+        stream = None if unary is not None else self.services.server_streams.get(path)
+        if not self._admit(io, neg, unary is not None, stream is not None):
             return
+        ctx = CallContext(peer=io.peer, headers=io.headers)
+        encoding = io.headers.get(wire.compression_header)
+        if unary is not None:
+            if body is not None and wire is Wire.CONNECT_UNARY:  # all there: no reading, no awaiting
+                if len(body) > self.max_message:
+                    raise ResourceExhausted(f"request body exceeds the limit of {self.max_message} bytes")
+                data = decompress(encoding, body, self.max_message)
+                request = neg.codec.decode(data, unary.request_type)
+            else:
+                request = await self._read_unary(io, neg, unary.request_type, encoding, body)
+            timeout = parse_timeout(wire, io.headers)
+            call = unary.handler(request, ctx)
+            response = await (call if timeout is None else _with_timeout(call, timeout))
+            payload = neg.codec.encode(response)
+            if not reply.whole(payload):
+                await reply.unary(payload)
+        elif stream is not None:
+            request = await self._read_framed_single(io, neg, stream.request_type, encoding, body)
+            reply.start()
+            async for item in stream.handler(request, ctx):
+                await reply.send(neg.codec.encode(item))
+            await reply.end(None)
+        else:
+            await self._session(io, neg, reply, ctx, encoding)
+
+    def _admit(self, io: CallIO, neg: Negotiated, unary: bool, stream: bool) -> bool:
+        """Raise (or answer 415 and return False) when the call cannot go to its handler."""
+        wire, path = neg.wire, io.path
+        is_session = not unary and not stream and path == SESSION_PATH
+        if not unary and not stream and not is_session:
+            raise Unimplemented(f"method {path} is not implemented by this server")
+        if wire in (Wire.CONNECT_UNARY, Wire.CONNECT_STREAM) and (wire is Wire.CONNECT_UNARY) != unary:
+            kind = "unary" if unary else "streaming"
+            plain_response(io, 415, f"content-type {neg.content_type} cannot carry a {kind} call")
+            return False
         if wire is Wire.GRPC and not io.http2:
             raise Unimplemented("gRPC requires HTTP/2; use Connect or gRPC-Web over HTTP/1.1")
         if is_session and (wire is Wire.GRPC_WEB or not io.http2):
@@ -175,21 +207,7 @@ class Router:
         denied = self.auth.check(io.headers.get("authorization"))
         if denied is not None:
             raise denied
-        ctx = CallContext(peer=io.peer, headers=io.headers)
-        encoding = io.headers.get(wire.compression_header)
-        if unary is not None:
-            request = await self._read_unary(io, neg, unary.request_type, encoding)
-            timeout = parse_timeout(wire, io.headers)
-            response = await _with_timeout(unary.handler(request, ctx), timeout)
-            await reply.unary(neg.codec.encode(response))
-        elif stream is not None:
-            request = await self._read_framed_single(io, neg, stream.request_type, encoding)
-            reply.start()
-            async for item in stream.handler(request, ctx):
-                await reply.send(neg.codec.encode(item))
-            await reply.end(None)
-        else:
-            await self._session(io, neg, reply, ctx, encoding)
+        return True
 
     async def _session(
         self, io: CallIO, neg: Negotiated, reply: Reply, ctx: CallContext, encoding: str | None
@@ -229,7 +247,11 @@ class Router:
                     return
                 yield decode(data, pb.WorkerMessage)
 
-    async def _read_body(self, io: CallIO, limit: int) -> bytes:
+    async def _read_body(self, io: CallIO, limit: int, body: bytes | None) -> bytes:
+        if body is not None:
+            if len(body) > limit:
+                raise ResourceExhausted(f"request body exceeds the limit of {self.max_message} bytes")
+            return body
         parts: list[bytes] = []
         size = 0
         while (chunk := await io.read_chunk(self.body_timeout)) is not None:
@@ -240,17 +262,17 @@ class Router:
         return b"".join(parts)
 
     async def _read_unary(
-        self, io: CallIO, neg: Negotiated, cls: type[Message], encoding: str | None
+        self, io: CallIO, neg: Negotiated, cls: type[Message], encoding: str | None, whole: bytes | None
     ) -> Message:
         if neg.wire is not Wire.CONNECT_UNARY:
-            return await self._read_framed_single(io, neg, cls, encoding)
-        body = await self._read_body(io, self.max_message)
+            return await self._read_framed_single(io, neg, cls, encoding, whole)
+        body = await self._read_body(io, self.max_message, whole)
         return neg.codec.decode(decompress(encoding, body, self.max_message), cls)
 
     async def _read_framed_single(
-        self, io: CallIO, neg: Negotiated, cls: type[Message], encoding: str | None
+        self, io: CallIO, neg: Negotiated, cls: type[Message], encoding: str | None, whole: bytes | None
     ) -> Message:
-        body = await self._read_body(io, self.max_message + 5)
+        body = await self._read_body(io, self.max_message + 5, whole)
         decoder = MessageDecoder(self.max_message, encoding)
         frames = decoder.feed(body)
         if decoder.pending:

@@ -148,12 +148,22 @@ _CONTENT_TYPES["application/proto"] = Negotiated(Wire.CONNECT_UNARY, PROTO, "app
 _CONTENT_TYPES["application/json"] = Negotiated(Wire.CONNECT_UNARY, JSON, "application/json")
 
 
+_SEEN_TYPES: dict[str, Negotiated] = {}  # content-type values as clients send them (a client repeats its own)
+_MAX_SEEN_TYPES = 64
+
+
 def negotiate(content_type: str | None) -> Negotiated | None:
     """The wire format of a request's ``content-type``; None when unsupported (answer 415)."""
     if not content_type:
         return None
+    seen = _SEEN_TYPES.get(content_type)
+    if seen is not None:
+        return seen
     base = content_type.split(";", 1)[0].strip().lower()
-    return _CONTENT_TYPES.get(base)
+    found = _CONTENT_TYPES.get(base)
+    if found is not None and len(_SEEN_TYPES) < _MAX_SEEN_TYPES:
+        _SEEN_TYPES[content_type] = found
+    return found
 
 
 def decompress(encoding: str | None, data: bytes, limit: int) -> bytes:

@@ -48,10 +48,18 @@ def valid_queue_name(name: str) -> bool:
     return len(name) <= MAX_NAME and _QUEUE_RE.fullmatch(name) is not None
 
 
+_GOOD_QUEUES: set[str] = set()  # names that passed (producers repeat a few); bounded
+_MAX_GOOD_QUEUES = 1024
+
+
 def check_queue_name(name: str) -> None:
+    if name in _GOOD_QUEUES:
+        return
     check_size("queue name", name, MAX_NAME)
     if not valid_queue_name(name):
         raise InvalidArgument(f"invalid queue name {go_quote(name)}")
+    if len(_GOOD_QUEUES) < _MAX_GOOD_QUEUES:
+        _GOOD_QUEUES.add(name)
 
 
 def check_task_id(task_id: str, field: str = "task id") -> None:
