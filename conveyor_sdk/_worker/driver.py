@@ -412,9 +412,12 @@ class Driver:
             self.log.info("session closed: this worker drained and ended it")
         else:
             self.log.info("session ended by the server")
-        await self._close_stream(stream)
+        # The machine learns of the loss before the close is awaited, so the phase a caller
+        # reads meanwhile is no longer the dead session's "open"; what it decided waits for it.
+        actions = self.machine.connection_lost(error, self.clock.now())
         self.jobs.forget_unstarted()  # parked deliveries of that stream are gone
-        self._execute(self.machine.connection_lost(error, self.clock.now()))
+        await self._close_stream(stream)
+        self._execute(actions)
 
     async def _close_stream(self, stream: SessionStreamLike | None) -> None:
         if stream is not None:
