@@ -23,20 +23,15 @@ __all__ = ["Delivery", "JobRecord", "JobState", "ParkingLot", "delivery_from_env
 def seconds(msg: object) -> float:
     """A Timestamp or Duration in seconds, as ``ToNanoseconds() / 1e9`` gives it.
 
-    Plain field arithmetic: protobuf's method is two Python calls and a range check, on the way
-    of every Dispatch to its handler. A value outside protobuf's range is taken as it is (a
-    deadline far in the past or future) instead of failing the frame.
+    A value outside protobuf's range is taken as it is (a deadline far in the past or future)
+    instead of failing the frame, as ``ToNanoseconds`` would.
     """
     return (msg.seconds * 1_000_000_000 + msg.nanos) / 1e9  # type: ignore[attr-defined, no-any-return]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Delivery:
-    """One dispatched unit of work, exactly as the server handed it over (never changed after).
-
-    Not ``frozen``: a frozen dataclass sets each of these nine fields through
-    ``object.__setattr__`` and this is built for every Dispatch on its way to the handler.
-    """
+    """One dispatched unit of work, exactly as the server handed it over (never changed after)."""
 
     job_id: str
     queue: str

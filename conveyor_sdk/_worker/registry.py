@@ -103,11 +103,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._specs: dict[str, HandlerSpec] = {}
-        # ``lookup(type)``: the spec for ``type`` or None. The dict's own ``get``: a worker looks
-        # a job's type up several times before its handler starts, and a C call is the cheapest.
-        self.lookup: Callable[[str], HandlerSpec | None] = self._specs.get
         self._middleware: list[Middleware] = []
-        self._middleware_view: tuple[Middleware, ...] = ()  # what ``middlewares`` returns, kept in step
 
     # -- registration -------------------------------------------------------------
     def register(self, spec: HandlerSpec) -> HandlerSpec:
@@ -169,15 +165,18 @@ class Registry:
     def middleware(self, mw: Middleware) -> Middleware:
         """Append a middleware (outermost first); returns it."""
         self._middleware.append(mw)
-        self._middleware_view = tuple(self._middleware)
         return mw
 
     add_middleware = middleware
 
     # -- lookup ---------------------------------------------------------------------
+    def lookup(self, type_: str) -> HandlerSpec | None:
+        """The handler registered for ``type_``, or None."""
+        return self._specs.get(type_)
+
     @property
     def middlewares(self) -> tuple[Middleware, ...]:
-        return self._middleware_view
+        return tuple(self._middleware)
 
     @property
     def types(self) -> tuple[str, ...]:
