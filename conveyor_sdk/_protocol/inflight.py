@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk._protocol.build import positional_builder
 from conveyor_sdk._protocol.types import CancelReason
 
 __all__ = ["Delivery", "JobRecord", "JobState", "ParkingLot", "delivery_from_envelopes", "seconds"]
@@ -44,6 +45,9 @@ class Delivery:
     timeout: float | None  # tightest TaskOptions.timeout over the members
 
 
+_new_delivery = positional_builder(Delivery)
+
+
 def delivery_from_envelopes(
     tasks: tuple[tpb.TaskEnvelope, ...],
     *,
@@ -69,16 +73,16 @@ def delivery_from_envelopes(
     first = tasks[0]
     if len(tasks) > 1:
         opts = first.options  # the loop left the last member's
-    return Delivery(
-        job_id=f"batch:{first.id}" if batch else first_id or first.id,
-        queue=first.queue,
-        type=first.type,
-        tasks=tasks,
-        batch=batch,
-        group=group or opts.group,
-        received_at=now,
-        task_deadline=min(deadlines) if deadlines else None,  # inline: no call per Dispatch
-        timeout=min(timeouts) if timeouts else None,
+    return _new_delivery(  # Delivery's fields, in order
+        f"batch:{first.id}" if batch else first_id or first.id,
+        first.queue,
+        first.type,
+        tasks,
+        batch,
+        group or opts.group,
+        now,
+        min(deadlines) if deadlines else None,
+        min(timeouts) if timeouts else None,
     )
 
 

@@ -105,6 +105,10 @@ class Phase(enum.Enum):
     CLOSING = "closing"  # our request side is closed; waiting for the server's end
     STOPPED = "stopped"
 
+    # Enum's own __hash__ is a Python-level method; every frame looks its handler up in the
+    # frame table by (phase, frame kind), and the members are singletons, so identity is equality.
+    __hash__ = object.__hash__
+
 
 def _always(_: Delivery) -> bool:
     return True

@@ -28,6 +28,7 @@ import struct
 
 import msgspec
 
+from conveyor_sdk._worker._build import new_job, new_task_data
 from conveyor_sdk._worker.executor import Job, Outcome, OutcomeKind, TaskData
 from conveyor_sdk.errors import ProtocolError
 
@@ -247,8 +248,8 @@ def job_to_msg(job: Job) -> RunJob:
 
 def job_from_msg(msg: RunJob) -> Job:
     """Rebuild the :class:`Job` a child runs from its frame."""
-    tasks = tuple([TaskData(*_task_fields(t)) for t in msg.tasks])
-    return Job(msg.job_id, msg.queue, msg.type, tasks, msg.batch, msg.deadline)
+    tasks = tuple([new_task_data(*_task_fields(t)) for t in msg.tasks])
+    return new_job(msg.job_id, msg.queue, msg.type, tasks, msg.batch, msg.deadline)
 
 
 def outcome_to_msg(outcome: Outcome) -> OutcomeMsg:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk._protocol.inflight import Delivery, seconds
+from conveyor_sdk._worker._build import new_job, new_task_data
 from conveyor_sdk._worker.executor import Job, TaskData
 from conveyor_sdk._worker.registry import HandlerSpec
 
@@ -29,38 +30,40 @@ def task_data(env: tpb.TaskEnvelope, group: str = "", single: Delivery | None = 
             single.group,
             single.task_deadline,
         )
-    return TaskData(
-        id=id_,
-        queue=queue,
-        type=type_,
-        payload=bytes(env.payload),
-        content_type=env.content_type,
-        metadata=dict(env.metadata),
-        retried=env.retried,
-        max_retry=opts.max_retry,
-        enqueued_at=seconds(env.enqueued_at) if env.HasField("enqueued_at") else None,
-        timeout=seconds(opts.timeout) if opts.HasField("timeout") else None,
-        task_deadline=deadline,
-        group=group,
-        process_at=seconds(opts.process_at) if opts.HasField("process_at") else None,
+    return new_task_data(  # TaskData's fields, in order
+        id_,
+        queue,
+        type_,
+        bytes(env.payload),
+        env.content_type,
+        # Most tasks carry no metadata, and dict() of a map field walks the Mapping ABC in Python
+        # even when it is empty.
+        dict(env.metadata) if env.metadata else {},
+        env.retried,
+        opts.max_retry,
+        seconds(env.enqueued_at) if env.HasField("enqueued_at") else None,
+        seconds(opts.timeout) if opts.HasField("timeout") else None,
+        deadline,
+        group,
+        seconds(opts.process_at) if opts.HasField("process_at") else None,
     )
 
 
 def job_for_delivery(delivery: Delivery, spec: HandlerSpec | None, deadline: float | None = None) -> Job:
-    """The Job for a delivery, given its handler (``spec``, None: none registered).
+    """The Job for a delivery, given its handler (``spec``; None: none is registered).
 
     A batch-typed task delivered alone becomes a batch of one.
     """
     batch = delivery.batch or (spec is not None and spec.batch)
-    if delivery.batch:
-        tasks = tuple(task_data(t, delivery.group) for t in delivery.tasks)
-    else:  # a Dispatch: one envelope, read once
-        tasks = (task_data(delivery.tasks[0], single=delivery),)
-    return Job(
-        job_id=delivery.job_id,
-        queue=delivery.queue,
-        type=delivery.type,
-        tasks=tasks,
-        batch=batch,
-        deadline=deadline,
+    return new_job(  # Job's fields, in order
+        delivery.job_id,
+        delivery.queue,
+        delivery.type,
+        (
+            (task_data(delivery.tasks[0], single=delivery),)
+            if not delivery.batch  # a Dispatch: one envelope, read once
+            else tuple([task_data(t, delivery.group) for t in delivery.tasks])
+        ),
+        batch,
+        deadline,
     )

@@ -103,7 +103,11 @@ class Registry:
 
     def __init__(self) -> None:
         self._specs: dict[str, HandlerSpec] = {}
+        # ``lookup(type)``: the spec for ``type`` or None. The dict's own ``get``, not a method
+        # around it: the driver and the executors look a type up for every job they take.
+        self.lookup: Callable[[str], HandlerSpec | None] = self._specs.get
         self._middleware: list[Middleware] = []
+        self._middlewares: tuple[Middleware, ...] = ()  # what ``middlewares`` returns (read per job)
 
     # -- registration -------------------------------------------------------------
     def register(self, spec: HandlerSpec) -> HandlerSpec:
@@ -165,18 +169,15 @@ class Registry:
     def middleware(self, mw: Middleware) -> Middleware:
         """Append a middleware (outermost first); returns it."""
         self._middleware.append(mw)
+        self._middlewares = tuple(self._middleware)
         return mw
 
     add_middleware = middleware
 
     # -- lookup ---------------------------------------------------------------------
-    def lookup(self, type_: str) -> HandlerSpec | None:
-        """The handler registered for ``type_``, or None."""
-        return self._specs.get(type_)
-
     @property
     def middlewares(self) -> tuple[Middleware, ...]:
-        return tuple(self._middleware)
+        return self._middlewares
 
     @property
     def types(self) -> tuple[str, ...]:
