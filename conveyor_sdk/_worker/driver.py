@@ -315,7 +315,7 @@ class Driver:
         except Exception as exc:  # isolation point: a socket callback must never raise
             self.post(StreamEnded(stream, Internal(f"session stream failed: {exc!r}")))
         finally:
-            failure = self.jobs.launch_held(launches)  # after a failed frame too: they started
+            failure = self.jobs.launch_held(launches, eager=in_read_turn)  # after a failed frame too
         if failure is not None:
             self.post(StreamEnded(stream, failure))
 

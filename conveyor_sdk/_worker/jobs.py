@@ -133,14 +133,15 @@ class Jobs:
         self.held = held
         return held
 
-    def launch_held(self, held: list[Run]) -> ConveyorError | None:
-        """Launch what was held, each first step at once; the first failure is returned (the
-        caller runs in a socket callback and ends the stream with it), never raised."""
+    def launch_held(self, held: list[Run], *, eager: bool) -> ConveyorError | None:
+        """Launch what was held (``eager``: each first step at once, see :meth:`_launch`); the
+        first failure is returned (the caller may run in a socket callback and ends the stream
+        with it), never raised: these jobs are started in the machine already."""
         self.held = None
         failure: ConveyorError | None = None
         for run in held:
             try:
-                self._launch(run, eager=True)
+                self._launch(run, eager=eager)
             except Exception as exc:  # isolation point: a socket callback must never raise
                 failure = failure or Internal(f"cannot start job {run.job.job_id}: {exc!r}")
         return failure
