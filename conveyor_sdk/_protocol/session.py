@@ -64,6 +64,7 @@ from conveyor_sdk._protocol.actions import (
     wire_outcome,
 )
 from conveyor_sdk._protocol.backoff import Backoff, is_fatal
+from conveyor_sdk._protocol.build import positional_builder
 from conveyor_sdk._protocol.hello import SessionConfig
 from conveyor_sdk._protocol.inflight import (
     Delivery,
@@ -108,6 +109,9 @@ class Phase(enum.Enum):
     # Enum's own __hash__ is a Python-level method; every frame looks its handler up in the
     # frame table by (phase, frame kind), and the members are singletons, so identity is equality.
     __hash__ = object.__hash__
+
+
+_new_start = positional_builder(Start)  # one per started job (see build.py)
 
 
 def _always(_: Delivery) -> bool:
@@ -560,7 +564,7 @@ class WorkerSession:
         rec.state, rec.started_at, rec.deadline = JobState.RUNNING, now, deadline
         self._running += 1
         self._quota.started(d.queue)
-        return [Start(d, deadline)]
+        return [_new_start(d, deadline)]
 
     def _maybe_close(self, now: float) -> list[Action]:
         # Parked (never started) deliveries do not hold the close back: the server's

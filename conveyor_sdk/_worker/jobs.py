@@ -19,6 +19,7 @@ from typing import Protocol
 
 from conveyor_sdk._encryption.hooks import Encryptor
 from conveyor_sdk._h2kernel.eager import eager_task
+from conveyor_sdk._protocol.build import positional_builder
 from conveyor_sdk._protocol.inflight import Delivery
 from conveyor_sdk._protocol.session import WorkerSession
 from conveyor_sdk._protocol.types import CancelReason
@@ -31,6 +32,9 @@ from conveyor_sdk._worker.unseal import run_opened, sealed
 from conveyor_sdk.errors import ConveyorError, Internal
 
 __all__ = ["Jobs", "JobsHost", "Run"]
+
+
+_job_done = positional_builder(JobDone)  # one per finished job (see _protocol/build.py)
 
 
 class JobsHost(Protocol):
@@ -195,7 +199,7 @@ class Jobs:
         except Exception as exc:  # isolation point: an executor failure is the task's outcome
             self.log.exception("executor failed on %s", job.job_id)
             outcomes = [Outcome(OutcomeKind.RETRY, f"executor failed: {exc!r}")] * len(job.tasks)
-        self.post(JobDone(job.job_id, outcomes))
+        self.post(_job_done(job.job_id, outcomes))
 
     # -- reporting ---------------------------------------------------------------------------------
     def finished(self, job_id: str, outcomes: list[Outcome], now: float) -> list[Outcome]:
