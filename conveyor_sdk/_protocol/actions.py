@@ -37,7 +37,7 @@ class Send:
     message: pb.WorkerMessage
 
 
-@dataclass(slots=True)  # not frozen: one per Dispatch, and frozen fields are set the slow way
+@dataclass(frozen=True, slots=True)
 class Start:
     """Start executing a delivery. ``deadline`` = task-owned bound (epoch s) or None."""
 

@@ -48,9 +48,6 @@ class Frame(NamedTuple):
         return bool(self.flags & FLAG_END_STREAM)
 
 
-_tuple_new = tuple.__new__  # Frame(flags, data) without NamedTuple's Python-level __new__
-
-
 def encode_frame(data: bytes, *, flags: int = 0) -> bytes:
     """Prefix ``data`` with the 5-byte header."""
     return _HEADER.pack(flags, len(data)) + data
@@ -98,7 +95,7 @@ class FrameDecoder:
             end = offset + HEADER_SIZE + length
             if size < end:
                 break
-            frames.append(_tuple_new(Frame, (flags, bytes(buf[offset + HEADER_SIZE : end]))))
+            frames.append(Frame(flags, bytes(buf[offset + HEADER_SIZE : end])))
             offset = end
         if held:
             del held[:offset]

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk._protocol.build import positional_builder
 from conveyor_sdk._protocol.types import CancelReason
 
 __all__ = ["Delivery", "JobRecord", "JobState", "ParkingLot", "delivery_from_envelopes", "seconds"]
@@ -23,20 +24,15 @@ __all__ = ["Delivery", "JobRecord", "JobState", "ParkingLot", "delivery_from_env
 def seconds(msg: object) -> float:
     """A Timestamp or Duration in seconds, as ``ToNanoseconds() / 1e9`` gives it.
 
-    Plain field arithmetic: protobuf's method is two Python calls and a range check, on the way
-    of every Dispatch to its handler. A value outside protobuf's range is taken as it is (a
-    deadline far in the past or future) instead of failing the frame.
+    A value outside protobuf's range is taken as it is (a deadline far in the past or future)
+    instead of failing the frame, as ``ToNanoseconds`` would.
     """
     return (msg.seconds * 1_000_000_000 + msg.nanos) / 1e9  # type: ignore[attr-defined, no-any-return]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Delivery:
-    """One dispatched unit of work, exactly as the server handed it over (never changed after).
-
-    Not ``frozen``: a frozen dataclass sets each of these nine fields through
-    ``object.__setattr__`` and this is built for every Dispatch on its way to the handler.
-    """
+    """One dispatched unit of work, exactly as the server handed it over (never changed after)."""
 
     job_id: str
     queue: str
@@ -47,6 +43,9 @@ class Delivery:
     received_at: float
     task_deadline: float | None  # tightest TaskOptions.deadline over the members
     timeout: float | None  # tightest TaskOptions.timeout over the members
+
+
+_new_delivery = positional_builder(Delivery)
 
 
 def delivery_from_envelopes(
@@ -74,16 +73,16 @@ def delivery_from_envelopes(
     first = tasks[0]
     if len(tasks) > 1:
         opts = first.options  # the loop left the last member's
-    return Delivery(
-        job_id=f"batch:{first.id}" if batch else first_id or first.id,
-        queue=first.queue,
-        type=first.type,
-        tasks=tasks,
-        batch=batch,
-        group=group or opts.group,
-        received_at=now,
-        task_deadline=min(deadlines) if deadlines else None,  # inline: no call per Dispatch
-        timeout=min(timeouts) if timeouts else None,
+    return _new_delivery(  # Delivery's fields, in order
+        f"batch:{first.id}" if batch else first_id or first.id,
+        first.queue,
+        first.type,
+        tasks,
+        batch,
+        group or opts.group,
+        now,
+        min(deadlines) if deadlines else None,
+        min(timeouts) if timeouts else None,
     )
 
 

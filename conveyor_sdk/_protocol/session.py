@@ -64,6 +64,7 @@ from conveyor_sdk._protocol.actions import (
     wire_outcome,
 )
 from conveyor_sdk._protocol.backoff import Backoff, is_fatal
+from conveyor_sdk._protocol.build import positional_builder
 from conveyor_sdk._protocol.hello import SessionConfig
 from conveyor_sdk._protocol.inflight import (
     Delivery,
@@ -105,13 +106,12 @@ class Phase(enum.Enum):
     CLOSING = "closing"  # our request side is closed; waiting for the server's end
     STOPPED = "stopped"
 
-    __hash__ = object.__hash__  # members are singletons: keys of the frame table hash in C
+    # Enum's own __hash__ is a Python-level method; every frame looks its handler up in the
+    # frame table by (phase, frame kind), and the members are singletons, so identity is equality.
+    __hash__ = object.__hash__
 
 
-# Globals for the Dispatch path: an Enum member read through its class (``Phase.OPEN``) is a
-# metaclass attribute lookup, ~10x a global read.
-_OPEN = Phase.OPEN
-_RUNNING = JobState.RUNNING
+_new_start = positional_builder(Start)  # one per started job (see build.py)
 
 
 def _always(_: Delivery) -> bool:
@@ -373,8 +373,7 @@ class WorkerSession:
             return [Notice("ignored a Dispatch without a task id")]
         if task_id in self._task_index:
             return [Notice(f"ignored a duplicate Dispatch of in-flight task {task_id}")]
-        # Dispatch.deadline is not read: the lease is kept by heartbeats, and each protobuf read
-        # costs on the way of every Dispatch to its handler.
+        # Dispatch.deadline is not read: it is the lease's end, and heartbeats keep the lease.
         delivery = delivery_from_envelopes((task,), batch=False, group="", now=now, first_id=task_id)
         return self._accept(delivery, now, can_start)
 
@@ -408,7 +407,7 @@ class WorkerSession:
             not self._lot.size
             and free > 0
             and not self.draining
-            and self.phase is _OPEN
+            and self.phase is Phase.OPEN
             and (quota.below(queue) or quota.admits(queue, free, (), now, False))
             and can_start(delivery)
         ):
@@ -562,10 +561,10 @@ class WorkerSession:
         deadline = d.task_deadline
         if d.timeout is not None and (deadline is None or now + d.timeout < deadline):
             deadline = now + d.timeout
-        rec.state, rec.started_at, rec.deadline = _RUNNING, now, deadline
+        rec.state, rec.started_at, rec.deadline = JobState.RUNNING, now, deadline
         self._running += 1
         self._quota.started(d.queue)
-        return [Start(d, deadline)]
+        return [_new_start(d, deadline)]
 
     def _maybe_close(self, now: float) -> list[Action]:
         # Parked (never started) deliveries do not hold the close back: the server's

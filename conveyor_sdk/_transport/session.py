@@ -114,6 +114,16 @@ class SessionStream:
         return self._core.trailers
 
     @property
+    def finished(self) -> bool:
+        """True once the stream ended, cleanly or not (messages received before stay readable)."""
+        return self._core.finished
+
+    @property
+    def error(self) -> ConveyorError | None:
+        """Why the stream ended (None: a clean end, or not ended yet)."""
+        return self._core.error
+
+    @property
     def goaway_received(self) -> bool:
         """True once the server announced it is going away."""
         return self._core.goaway_received
@@ -197,7 +207,8 @@ class SessionStream:
         return msg
 
     def set_listener(self, listener: Callable[[], None] | None) -> None:
-        """Call ``listener()`` from the socket callback whenever complete messages arrived.
+        """Call ``listener()`` from the socket callback whenever complete messages arrived, and
+        whenever the stream may have ended (:attr:`finished`).
 
         The latency path: the owner can take them with :meth:`recv_nowait` in the same
         event-loop turn as the read, instead of one turn later through ``recv``. The
@@ -353,7 +364,7 @@ class SessionStream:
         core = self._core
         core.receive_data(data)
         inbox = core.inbox
-        if self._listener is not None and inbox:
+        if self._listener is not None and (inbox or core.finished):
             self._in_read = True
             try:
                 self._listener()
@@ -375,6 +386,8 @@ class SessionStream:
     def _notify(self) -> None:
         self._signal.fire()
         self._inbound.fire()
+        if self._listener is not None and self._core.finished:
+            self._listener()
 
     async def _wait(self) -> None:
         await self._signal.wait()

@@ -6,7 +6,7 @@ from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk._protocol.inflight import Delivery, seconds
 from conveyor_sdk._worker._build import new_job, new_task_data
 from conveyor_sdk._worker.executor import Job, TaskData
-from conveyor_sdk._worker.registry import Registry
+from conveyor_sdk._worker.registry import HandlerSpec
 
 __all__ = ["job_for_delivery", "task_data"]
 
@@ -16,8 +16,7 @@ def task_data(env: tpb.TaskEnvelope, group: str = "", single: Delivery | None = 
 
     ``group`` (from BatchDispatch.group) fills in when the envelope's options carry none.
     ``single``: the Delivery of a Dispatch (not a batch) whose only envelope ``env`` is; its
-    id, queue, type, group and deadline were read from ``env`` already and are taken from it
-    (each protobuf field read costs, on the way of every Dispatch to its handler).
+    id, queue, type, group and deadline were read from ``env`` already and are taken from it.
     """
     opts = env.options
     if single is None:
@@ -37,7 +36,9 @@ def task_data(env: tpb.TaskEnvelope, group: str = "", single: Delivery | None = 
         type_,
         bytes(env.payload),
         env.content_type,
-        dict(env.metadata) if env.metadata else {},  # dict() of a map field walks Python ABCs
+        # Most tasks carry no metadata, and dict() of a map field walks the Mapping ABC in Python
+        # even when it is empty.
+        dict(env.metadata) if env.metadata else {},
         env.retried,
         opts.max_retry,
         seconds(env.enqueued_at) if env.HasField("enqueued_at") else None,
@@ -48,9 +49,11 @@ def task_data(env: tpb.TaskEnvelope, group: str = "", single: Delivery | None = 
     )
 
 
-def job_for_delivery(delivery: Delivery, registry: Registry | None, deadline: float | None = None) -> Job:
-    """The Job for a delivery. A batch-typed task delivered alone becomes a batch of one."""
-    spec = registry.lookup(delivery.type) if registry is not None else None
+def job_for_delivery(delivery: Delivery, spec: HandlerSpec | None, deadline: float | None = None) -> Job:
+    """The Job for a delivery, given its handler (``spec``; None: none is registered).
+
+    A batch-typed task delivered alone becomes a batch of one.
+    """
     batch = delivery.batch or (spec is not None and spec.batch)
     return new_job(  # Job's fields, in order
         delivery.job_id,
@@ -64,9 +67,3 @@ def job_for_delivery(delivery: Delivery, registry: Registry | None, deadline: fl
         batch,
         deadline,
     )
-
-
-def with_deadline(job: Job, deadline: float | None) -> Job:
-    if job.deadline == deadline:
-        return job
-    return new_job(job.job_id, job.queue, job.type, job.tasks, job.batch, deadline)

@@ -232,11 +232,11 @@ async def _invoke_prepared_async(
     result: Any = None
     error: BaseException | None = None
     disarm = _arm_cancel(signal)
-    middlewares = registry._middleware_view  # the ``middlewares`` property, without its call
+    middlewares = registry.middlewares
     try:
         if middlewares:
             _run_before(middlewares, ctx, entered)
-        if signal._fired:  # ``is_set``, without the property's call (once per job)
+        if signal.is_set:
             ctx.raise_if_cancelled()
         result = await prep.spec.fn(prep.arg, ctx)
     except asyncio.CancelledError as exc:

@@ -103,11 +103,11 @@ class Registry:
 
     def __init__(self) -> None:
         self._specs: dict[str, HandlerSpec] = {}
-        # ``lookup(type)``: the spec for ``type`` or None. The dict's own ``get``: a worker looks
-        # a job's type up several times before its handler starts, and a C call is the cheapest.
+        # ``lookup(type)``: the spec for ``type`` or None. The dict's own ``get``, not a method
+        # around it: the driver and the executors look a type up for every job they take.
         self.lookup: Callable[[str], HandlerSpec | None] = self._specs.get
         self._middleware: list[Middleware] = []
-        self._middleware_view: tuple[Middleware, ...] = ()  # what ``middlewares`` returns, kept in step
+        self._middlewares: tuple[Middleware, ...] = ()  # what ``middlewares`` returns (read per job)
 
     # -- registration -------------------------------------------------------------
     def register(self, spec: HandlerSpec) -> HandlerSpec:
@@ -169,7 +169,7 @@ class Registry:
     def middleware(self, mw: Middleware) -> Middleware:
         """Append a middleware (outermost first); returns it."""
         self._middleware.append(mw)
-        self._middleware_view = tuple(self._middleware)
+        self._middlewares = tuple(self._middleware)
         return mw
 
     add_middleware = middleware
@@ -177,7 +177,7 @@ class Registry:
     # -- lookup ---------------------------------------------------------------------
     @property
     def middlewares(self) -> tuple[Middleware, ...]:
-        return self._middleware_view
+        return self._middlewares
 
     @property
     def types(self) -> tuple[str, ...]:

@@ -12,18 +12,20 @@ import logging
 import random
 import signal as _signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from conveyor_sdk._encryption.hooks import Encryptor, check_encryptor
 from conveyor_sdk._protocol.backoff import Backoff, parse_addresses
 from conveyor_sdk._protocol.hello import SessionConfig
 from conveyor_sdk._protocol.session import WorkerSession
-from conveyor_sdk._transport import TLSOptions, TransportOptions, eventloop, open_session
+from conveyor_sdk._transport import SessionStream, TLSOptions, TransportOptions, eventloop, open_session
 from conveyor_sdk._transport.keepalive import DEFAULT_INTERVAL, DEFAULT_TIMEOUT, KeepaliveOptions
 from conveyor_sdk._version import __version__
+from conveyor_sdk._worker.clock import Clock, SystemClock
 from conveyor_sdk._worker.defaults import IN_PROCESS_ASYNC_SLOTS, default_concurrency
 from conveyor_sdk._worker.driver import Driver
+from conveyor_sdk._worker.events import StopRequested
 from conveyor_sdk._worker.executor import Executor
 from conveyor_sdk._worker.local import LocalExecutor
 from conveyor_sdk._worker.registry import Registry
@@ -72,6 +74,9 @@ class Worker:
             the worker reconnects (to the next address, if it has several). A dead link is
             so noticed 10-15 s after its last answer, well before a lease lapses. Ignored
             when ``transport_options`` is given (its ``keepalive`` counts).
+        clock: for tests: the wall clock and timers the session's leases, heartbeats,
+            deadlines and reconnect waits follow (``conveyor_sdk._worker.clock.ManualClock``
+            runs them in virtual time). Not a stable API; the default is the system clock.
     """
 
     def __init__(
@@ -99,6 +104,7 @@ class Worker:
         keepalive_interval: float = DEFAULT_INTERVAL,
         keepalive_timeout: float = DEFAULT_TIMEOUT,
         setup_timeout: float | None = None,
+        clock: Clock | None = None,
     ) -> None:
         # Validate now: a bad queue/weight/concurrency never reaches the network.
         self._config = SessionConfig.build(
@@ -129,6 +135,7 @@ class Worker:
         self._transport_options = transport_options
         self._log = logger or log
         self._rng = rng or random.Random().random
+        self._clock: Clock = clock or SystemClock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._machine: WorkerSession | None = None
         self._driver: Driver | None = None
@@ -141,6 +148,34 @@ class Worker:
         """The address the session is on (or connects to next)."""
         machine = self._machine
         return machine.backoff.address if machine is not None else self.servers[0]
+
+    @property
+    def logger(self) -> logging.Logger:
+        return self._log
+
+    @property
+    def rng(self) -> Callable[[], float]:
+        """The random source in [0, 1) of reconnect jitter (and of the heal probe)."""
+        return self._rng
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def transport_options(self) -> TransportOptions:
+        """What sessions are opened with: ``transport_options`` if given, else built from the
+        token, protocol, tls and keepalive arguments."""
+        return self._transport_options or TransportOptions(
+            token=self.token,
+            protocol=self.protocol,
+            tls=self.tls,
+            keepalive=self.keepalive,
+        )
+
+    def open_session(self) -> Awaitable[SessionStream]:
+        """Connect to :attr:`server` and open the session stream (the driver calls this)."""
+        return open_session(self.server, self.transport_options)
 
     @property
     def reconnect_base(self) -> float:
@@ -207,7 +242,7 @@ class Worker:
                 self._pending_stops += 1
                 return
         if not loop.is_closed():
-            loop.call_soon_threadsafe(driver.post, ("stop", 0.0 if immediate else None))
+            loop.call_soon_threadsafe(driver.post, StopRequested(0.0 if immediate else None))
 
     async def run(self, registry: Registry) -> None:
         """Serve until stopped (returns) or a fatal error (raises the ConveyorError)."""
@@ -238,7 +273,7 @@ class Worker:
             self._loop, self._machine, self._driver = asyncio.get_running_loop(), machine, driver
             pending, self._pending_stops = self._pending_stops, 0
         for i in range(pending):
-            driver.post(("stop", 0.0 if i else None))
+            driver.post(StopRequested(0.0 if i else None))
         try:
             await driver.run()
         finally:
@@ -274,15 +309,6 @@ class Worker:
             "received %s: %s", _signal.Signals(sig).name, "releasing at once" if draining else "draining"
         )
         self.stop(immediate=draining)
-
-    def _transport(self) -> tuple[Callable[..., Any], Any]:
-        opts = self._transport_options or TransportOptions(
-            token=self.token,
-            protocol=self.protocol,
-            tls=self.tls,
-            keepalive=self.keepalive,
-        )
-        return open_session, opts
 
 
 SEVERAL_SETUP_TIMEOUT = 2.0  # Welcome wait per attempt when there is another address to try

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
-from conveyor_sdk._protocol.inflight import delivery_from_envelopes
+from conveyor_sdk._protocol.inflight import Delivery, delivery_from_envelopes
 from conveyor_sdk._worker._build import new_job, new_task_data, positional_builder
 from conveyor_sdk._worker.convert import job_for_delivery, task_data
 from conveyor_sdk._worker.executor import Job, TaskData
@@ -38,6 +38,20 @@ def test_builders_match_the_keyword_constructors_field_by_field() -> None:
     job = new_job("J", "q", "t", (built,), True, 7.0)
     assert job == Job(job_id="J", queue="q", type="t", tasks=(built,), batch=True, deadline=7.0)
     assert hash(Job("J", "q", "t", (), False, None)) == hash(new_job("J", "q", "t", (), False, None))
+
+
+def test_a_built_delivery_is_the_keyword_constructors_and_frozen() -> None:
+    """The Delivery builder (protocol layer) fills every field in order; a missing one is refused."""
+    env = tpb.TaskEnvelope(id="T1", queue="q", type="t")
+    built = delivery_from_envelopes((env,), batch=False, group="g", now=5.0)
+    assert built == Delivery(
+        job_id="T1", queue="q", type="t", tasks=(env,), batch=False, group="g",
+        received_at=5.0, task_deadline=None, timeout=None,
+    )  # fmt: skip
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.job_id = "X"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        new_job("J", "q", "t", (), False)  # a missing field, as with the constructor
 
 
 def test_built_instances_stay_frozen() -> None:

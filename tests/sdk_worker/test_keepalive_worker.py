@@ -48,7 +48,7 @@ def test_options_are_validated() -> None:
         Worker("http://127.0.0.1:1", keepalive_interval=0)
     with pytest.raises(ValueError, match="keepalive timeout"):
         Worker("http://127.0.0.1:1", keepalive_timeout=-1)
-    assert Worker("http://127.0.0.1:1")._transport()[1].keepalive.interval == 5.0
+    assert Worker("http://127.0.0.1:1").transport_options.keepalive.interval == 5.0
 
 
 def test_blackhole_is_noticed_and_the_worker_moves_to_the_next_address(server_url: str) -> None:

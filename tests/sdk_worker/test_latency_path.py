@@ -240,18 +240,18 @@ def test_a_failure_while_starting_a_job_in_the_read_turn_ends_the_session_not_th
     """Fault injection (an internal bug cannot be made real): the first launch raises. The socket
     callback does not let it out (asyncio would log "Fatal error" and drop the transport); the
     worker ends the session with the error and reconnects."""
-    from conveyor_sdk._worker import driver
+    from conveyor_sdk._worker import jobs
 
-    original = driver.Driver._launch
+    original = jobs.Jobs._launch
     calls = [0]
 
-    def failing_once(self: driver.Driver, job: Job, *, in_read_turn: bool) -> None:
+    def failing_once(self: jobs.Jobs, run: jobs.Run, *, eager: bool) -> None:
         calls[0] += 1
         if calls[0] == 1:
             raise RuntimeError("injected")
-        original(self, job, in_read_turn=in_read_turn)
+        original(self, run, eager=eager)
 
-    monkeypatch.setattr(driver.Driver, "_launch", failing_once)
+    monkeypatch.setattr(jobs.Jobs, "_launch", failing_once)
     reg = Registry()
 
     @reg.handler("t")
