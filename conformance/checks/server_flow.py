@@ -33,7 +33,7 @@ async def credits_never_exceeded(ctx: CheckContext) -> str:
     sess, _ = await ctx.worker_session(concurrency=2, queues={ctx.queue: 1, other: 1})
     got = [(await sess.expect("dispatch", ctx.t(10))).dispatch.task.id for _ in range(2)]
     try:
-        await sess.quiet(ctx.t(1.5))
+        await sess.quiet(ctx.t(1.5), holding=got)
     except CheckFailed as exc:
         raise CheckFailed(f"more than concurrency=2 outstanding over 2 queues: {exc}") from None
     await sess.result(got[0], SUCCESS)
@@ -50,7 +50,7 @@ async def result_refills(ctx: CheckContext) -> str:
     ids = [(await ctx.enqueue()).id for _ in range(2)]
     sess, _ = await ctx.worker_session(concurrency=1)
     first = (await sess.expect("dispatch", ctx.t(10))).dispatch.task.id
-    await sess.quiet(ctx.t(1.0))
+    await sess.quiet(ctx.t(1.0), holding=[first])
     await sess.result(first, SUCCESS)
     second = (await sess.expect("dispatch", ctx.t(10))).dispatch.task.id
     ctx.expect({first, second} == set(ids), f"dispatched {first}, {second}; enqueued {ids}")
@@ -69,8 +69,11 @@ async def credit_validation(ctx: CheckContext) -> str:
     got = await sess.expect("dispatch", ctx.t(10))
     ctx.expect(got.dispatch.task.id == info.id, "unexpected task after a valid Credit")
     details = []
+    # The bad Credits go to sessions on an empty queue: on this check's queue, the task above could
+    # be redelivered to one of them (its lease lapses on a slow machine) before its Credit is read.
+    empty = {ctx.queue + "-empty": 1}
     for n in (0, -1, 3):
-        bad, _ = await ctx.worker_session(concurrency=2)
+        bad, _ = await ctx.worker_session(concurrency=2, queues=empty)
         await bad.send(pb.WorkerMessage(credit=pb.Credit(n=n)))
         err = await bad.expect_error(ctx.t(10))
         ctx.expect(err.code.connect_name == "invalid_argument", f"Credit n={n}: got {err.code.connect_name}")
@@ -97,7 +100,7 @@ async def batch_one_credit(ctx: CheckContext) -> str:
     ctx.expect(sorted(members) == sorted(ids), f"batch members {members} != enqueued {ids}")
     ctx.expect(batch.group == "g", f"BatchDispatch.group {batch.group!r} != 'g'")
     plain = await ctx.enqueue()
-    await sess.quiet(ctx.t(1.0))
+    await sess.quiet(ctx.t(1.0), holding=members)
     results = [pb.Result(task_id=i, outcome=SUCCESS) for i in members]
     await sess.send(pb.WorkerMessage(batch_result=pb.BatchResult(results=results)))
     nxt = await sess.expect("dispatch", ctx.t(10))

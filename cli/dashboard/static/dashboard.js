@@ -1,8 +1,9 @@
 // Conveyor dashboard live updates: short polling, no framework, no build step.
 // Every page's <main id="live"> is re-fetched from the same URL with "X-Dashboard-Live: 1";
 // the server answers with that region's HTML only (rendered and escaped server-side), which
-// replaces the old one. The poll pauses while the tab is hidden, the user is typing in it or has
-// ticked tasks for a bulk action.
+// replaces the old one when it differs. The poll pauses while the tab is hidden, the user is typing
+// in it or has ticked tasks for a bulk action; an answer that arrives after the user started typing
+// or ticking is dropped, so a slow poll never wipes what they entered.
 (function () {
   "use strict";
   var live = document.getElementById("live");
@@ -11,6 +12,7 @@
   if (!live || !status) { return; }
   var every = parseInt(status.getAttribute("data-poll-ms"), 10) || 1500;
   var busy = false;
+  var shown = null;  // the region's HTML as last applied: an unchanged answer leaves the DOM alone
 
   function typing() {
     var el = document.activeElement;
@@ -38,7 +40,12 @@
     }).then(function (html) {
       if (html === null) { return; }
       offline.hidden = true;
-      live.innerHTML = html;
+      if (typing() || selecting()) { return; }
+      if (html !== shown) {
+        // Replacing an unchanged region would only detach the element under the user's pointer.
+        live.innerHTML = html;
+        shown = html;
+      }
       status.textContent = "live · " + new Date().toLocaleTimeString();
       status.className = "live-status ok";
     }).catch(function () {
