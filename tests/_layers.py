@@ -222,14 +222,17 @@ PROTOCOL_NEVER_LOADS = frozenset({"asyncio", "socket", "ssl", "selectors", *IO_L
 
 def loaded_violations(loaded: Iterable[str], place: str) -> list[str]:
     """The modules in ``loaded`` (a process's ``sys.modules``) that a process of layer ``place`` has no
-    business loading. ``conveyor_sdk`` itself is exempt: Python loads a package before any of its
+    business loading (for the server, also the worker's session stream: :data:`SERVER_NEVER`).
+    ``conveyor_sdk`` itself is exempt: Python loads a package before any of its
     modules, and its ``__init__`` loads the rest lazily (tests/test_public_api.py)."""
     libraries = {lib for lib, places in UPPER_LIBRARIES.items() if place not in places}
     if place == "protocol":
         libraries |= PROTOCOL_NEVER_LOADS
     problems = []
     for module in sorted(set(loaded)):
-        if module.split(".")[0] in PACKAGES and module != "conveyor_sdk":
+        if place == "server" and module in SERVER_NEVER:  # transport, but the worker's side of it
+            problems.append(f"{module} (the worker's session stream)")
+        elif module.split(".")[0] in PACKAGES and module != "conveyor_sdk":
             other = layer_of(module)
             if other is None or other not in MAY_IMPORT[place]:
                 problems.append(f"{module} ({other})")

@@ -172,6 +172,11 @@ def test_the_loaded_module_checks_catch_a_violation() -> None:
         m for m in loaded_violations(_loaded_by("import conveyor_sdk._protocol.session, asyncio"), "protocol")
     ]
     assert loaded_violations(_loaded_by("import conveyor_cli.server_cmd"), "server") != []
+    # transport is the server's layer, but not the worker's session stream within it
+    assert loaded_violations(["conveyor_sdk._transport.eventloop"], "server") == []
+    assert loaded_violations(["conveyor_sdk._transport.session"], "server") == [
+        "conveyor_sdk._transport.session (the worker's session stream)"
+    ]
 
 
 def test_the_import_time_listing_is_read() -> None:
