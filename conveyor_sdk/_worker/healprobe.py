@@ -139,19 +139,34 @@ class HealProbe:
     async def _answers(self, probe: tuple[Target, ssl.SSLContext | None] | None) -> bool:
         if probe is None:
             return False
-        target, ctx = probe
+        attempt = asyncio.ensure_future(self._ping(*probe))
+
+        def expire() -> None:
+            attempt.cancel()
+
+        timer = self._clock.call_at(self._clock.now() + PROBE_TIMEOUT, expire)
+        try:
+            return await attempt
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # the probe itself is cancelled
+                raise
+            return False  # PROBE_TIMEOUT passed (on the clock, like the waits) with no answer
+        finally:
+            timer.cancel()
+
+    async def _ping(self, target: Target, ctx: ssl.SSLContext | None) -> bool:
+        """Connect, send the preface and a PING, and tell whether its ACK came back."""
         hostname = ((self._tls.server_hostname if self._tls else None) or target.host) if ctx else None
         transport: asyncio.Transport | None = None
         try:
-            # Real time, not the clock's: it bounds a real connect (an in-memory one answers at once).
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                transport, watch = await self._dialer(_PingWatch, target, tls=ctx, server_hostname=hostname)
-                ssl_object = transport.get_extra_info("ssl_object")
-                if ctx is not None and (ssl_object is None or ssl_object.selected_alpn_protocol() != "h2"):
-                    return False
-                transport.write(_PREFACE + _SETTINGS + _PING)
-                return await watch.answer
-        except (OSError, TimeoutError, ssl.SSLError, ConveyorError):
+            transport, watch = await self._dialer(_PingWatch, target, tls=ctx, server_hostname=hostname)
+            ssl_object = transport.get_extra_info("ssl_object")
+            if ctx is not None and (ssl_object is None or ssl_object.selected_alpn_protocol() != "h2"):
+                return False
+            transport.write(_PREFACE + _SETTINGS + _PING)
+            return await watch.answer
+        except (OSError, ssl.SSLError, ConveyorError):
             return False
         finally:
             if transport is not None:
