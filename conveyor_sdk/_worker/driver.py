@@ -42,6 +42,7 @@ from conveyor_sdk._protocol.session import (
     Stop,
     WorkerSession,
 )
+from conveyor_sdk._transport._connect import Dialer
 from conveyor_sdk._transport.options import TransportOptions
 from conveyor_sdk._worker.clock import Clock, Timer
 from conveyor_sdk._worker.events import (
@@ -90,6 +91,11 @@ class WorkerHost(Protocol):
     def clock(self) -> Clock: ...
 
     @property
+    def dialer(self) -> Dialer:
+        """How sessions and heal probes connect."""
+        ...
+
+    @property
     def transport_options(self) -> TransportOptions: ...
 
     def open_session(self) -> Awaitable[SessionStreamLike]:
@@ -117,7 +123,14 @@ class Driver:
         self.unreachable = False  # a streak of failures where nothing answered: long waits are probed
         self.cut = False  # the attempt under way was started by the probe (see healprobe.py)
         tls = worker.transport_options.tls
-        self.probe = HealProbe(machine.backoff.addresses, self._accepts, worker.rng, tls=tls)
+        self.probe = HealProbe(
+            machine.backoff.addresses,
+            self._accepts,
+            worker.rng,
+            tls=tls,
+            dialer=worker.dialer,
+            clock=self.clock,
+        )
         control = JobControl(report_progress=self._progress_from_any_thread)
         self.jobs = Jobs(executor, registry, worker, machine=machine, control=control, post=self.post)
         self.stopped: Stop | None = None

@@ -21,13 +21,13 @@ pace. An attempt that a heal interrupts (the link resets) keeps the streak.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import ssl
 from collections.abc import Callable, Sequence
 
-from conveyor_sdk._transport._connect import Target, parse_target, tls_context
+from conveyor_sdk._transport._connect import Dialer, Target, dial_tcp, parse_target, tls_context
 from conveyor_sdk._transport.options import TLSOptions
+from conveyor_sdk._worker.clock import Clock, SystemClock
 from conveyor_sdk.errors import ConveyorError, InvalidArgument
 
 __all__ = ["INTERVAL", "MIN_WAIT", "HealProbe", "refused", "unanswered"]
@@ -62,11 +62,13 @@ def unanswered(error: ConveyorError | None) -> bool:
 
 
 class HealProbe:
-    """One probing run: TCP connects to ``addresses`` until one accepts or :meth:`cancel`.
+    """One probing run: connects to ``addresses`` until one answers or :meth:`cancel`.
 
     ``on_accept(index)`` is called once, with the index of the first address that answered.
     ``rng`` draws in [0, 1) for the jitter (injected, like the backoff's). ``tls``: the session's
-    TLS options (``https://`` addresses are probed over TLS with ALPN ``h2``).
+    TLS options (``https://`` addresses are probed over TLS with ALPN ``h2``). ``dialer``: how
+    a probe connects (the session's: TCP, or in tests an in-memory server). ``clock``: whose
+    time the waits between probes follow (the worker's; a test's virtual clock moves them).
     """
 
     def __init__(
@@ -77,12 +79,16 @@ class HealProbe:
         *,
         tls: TLSOptions | None = None,
         interval: float = INTERVAL,
+        dialer: Dialer = dial_tcp,
+        clock: Clock | None = None,
     ) -> None:
         self._tls = tls
         self._addresses = tuple(addresses)
         self._on_accept = on_accept
         self._rng = rng
         self._interval = interval
+        self._dialer = dialer
+        self._clock = clock or SystemClock()
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -109,47 +115,100 @@ class HealProbe:
             else:
                 targets.append((target, ctx))
         while True:
-            await asyncio.sleep(self._interval * (0.5 + self._rng()))
+            await self._sleep(self._interval * (0.5 + self._rng()))
             answers = await asyncio.gather(*(self._answers(t) for t in targets))
             for index, answered in enumerate(answers):
                 if answered:
                     self._on_accept(index)
                     return
 
+    async def _sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` of the clock's time (a timer cancelled if the probe is)."""
+        due: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not due.done():
+                due.set_result(None)
+
+        timer = self._clock.call_at(self._clock.now() + seconds, wake)
+        try:
+            await due
+        finally:
+            timer.cancel()
+
     async def _answers(self, probe: tuple[Target, ssl.SSLContext | None] | None) -> bool:
         if probe is None:
             return False
-        target, ctx = probe
-        hostname = ((self._tls.server_hostname if self._tls else None) or target.host) if ctx else None
-        writer: asyncio.StreamWriter | None = None
+        attempt = asyncio.ensure_future(self._ping(*probe))
+
+        def expire() -> None:
+            attempt.cancel()
+
+        timer = self._clock.call_at(self._clock.now() + PROBE_TIMEOUT, expire)
         try:
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                reader, writer = await asyncio.open_connection(
-                    target.host, target.port, ssl=ctx, server_hostname=hostname
-                )
-                if ctx is not None and writer.get_extra_info("ssl_object").selected_alpn_protocol() != "h2":
-                    return False
-                writer.write(_PREFACE + _SETTINGS + _PING)
-                return await _ping_answered(reader)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ssl.SSLError):
+            return await attempt
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # the probe itself is cancelled
+                raise
+            return False  # PROBE_TIMEOUT passed (on the clock, like the waits) with no answer
+        finally:
+            timer.cancel()
+
+    async def _ping(self, target: Target, ctx: ssl.SSLContext | None) -> bool:
+        """Connect, send the preface and a PING, and tell whether its ACK came back."""
+        hostname = ((self._tls.server_hostname if self._tls else None) or target.host) if ctx else None
+        transport: asyncio.Transport | None = None
+        try:
+            transport, watch = await self._dialer(_PingWatch, target, tls=ctx, server_hostname=hostname)
+            ssl_object = transport.get_extra_info("ssl_object")
+            if ctx is not None and (ssl_object is None or ssl_object.selected_alpn_protocol() != "h2"):
+                return False
+            transport.write(_PREFACE + _SETTINGS + _PING)
+            return await watch.answer
+        except (OSError, ssl.SSLError, ConveyorError):
             return False
         finally:
-            if writer is not None:
-                writer.close()  # the server sees a connection that ends after its PING's answer
-                with contextlib.suppress(OSError, ssl.SSLError):
-                    await writer.wait_closed()
+            if transport is not None:
+                transport.close()  # the server sees a connection that ends after its PING's answer
 
 
-async def _ping_answered(reader: asyncio.StreamReader) -> bool:
-    """Read frames until our PING's ACK (True) or a GOAWAY / too many bytes (False)."""
-    seen = 0
-    while seen < _MAX_READ:
-        head = await reader.readexactly(9)
-        length = int.from_bytes(head[:3], "big")
-        body = await reader.readexactly(length)
-        seen += 9 + length
-        if head[3] == _PING_TYPE and head[4] & _ACK and body == _OPAQUE:
-            return True
-        if head[3] == _GOAWAY_TYPE:
-            return False
-    return False
+class _PingWatch(asyncio.Protocol):
+    """Reads frames until our PING's ACK (True) or a GOAWAY, the end, or too many bytes (False)."""
+
+    def __init__(self) -> None:
+        self.answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._buffer = bytearray()
+        self._seen = 0
+
+    def data_received(self, data: bytes) -> None:
+        if self.answer.done():
+            return
+        buffer = self._buffer
+        buffer += data
+        while len(buffer) >= 9:
+            length = int.from_bytes(buffer[:3], "big")
+            if len(buffer) < 9 + length:
+                break
+            kind, flags, body = buffer[3], buffer[4], bytes(buffer[9 : 9 + length])
+            del buffer[: 9 + length]
+            self._seen += 9 + length
+            if kind == _PING_TYPE and flags & _ACK and body == _OPAQUE:
+                self._settle(True)
+                return
+            if kind == _GOAWAY_TYPE:
+                self._settle(False)
+                return
+        if self._seen + len(buffer) >= _MAX_READ:  # a server says little before the answer
+            self._settle(False)
+
+    def eof_received(self) -> bool | None:
+        self._settle(False)
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._settle(False)
+
+    def _settle(self, answered: bool) -> None:
+        if not self.answer.done():
+            self.answer.set_result(answered)

@@ -20,6 +20,7 @@ from conveyor_sdk._protocol.backoff import Backoff, parse_addresses
 from conveyor_sdk._protocol.hello import SessionConfig
 from conveyor_sdk._protocol.session import WorkerSession
 from conveyor_sdk._transport import SessionStream, TLSOptions, TransportOptions, eventloop, open_session
+from conveyor_sdk._transport._connect import Dialer, dial_tcp
 from conveyor_sdk._transport.keepalive import DEFAULT_INTERVAL, DEFAULT_TIMEOUT, KeepaliveOptions
 from conveyor_sdk._version import __version__
 from conveyor_sdk._worker.clock import Clock, SystemClock
@@ -76,7 +77,12 @@ class Worker:
             when ``transport_options`` is given (its ``keepalive`` counts).
         clock: for tests: the wall clock and timers the session's leases, heartbeats,
             deadlines and reconnect waits follow (``conveyor_sdk._worker.clock.ManualClock``
-            runs them in virtual time). Not a stable API; the default is the system clock.
+            runs them in virtual time), and also the session keepalive's PINGs and the heal
+            probe's waits. Not a stable API; the default is the system clock (the keepalive
+            then keeps the event loop's monotonic time).
+        dialer: for tests and in-process use: how the session and the heal probe connect
+            (``conveyor_sdk._transport._connect.Dialer``); ``MemoryServer.worker()`` passes its
+            in-memory one (``conveyor_sdk.testing.memory``). Default: TCP (and TLS).
     """
 
     def __init__(
@@ -105,6 +111,7 @@ class Worker:
         keepalive_timeout: float = DEFAULT_TIMEOUT,
         setup_timeout: float | None = None,
         clock: Clock | None = None,
+        dialer: Dialer | None = None,
     ) -> None:
         # Validate now: a bad queue/weight/concurrency never reaches the network.
         self._config = SessionConfig.build(
@@ -136,6 +143,10 @@ class Worker:
         self._log = logger or log
         self._rng = rng or random.Random().random
         self._clock: Clock = clock or SystemClock()
+        self._keepalive_clock = clock  # None: the loop's monotonic time, safe from wall-clock steps
+        if dialer is not None and not callable(dialer):
+            raise TypeError(f"dialer must be an async callable (a Dialer), not {type(dialer).__name__}")
+        self._dialer: Dialer = dialer or dial_tcp
         self._loop: asyncio.AbstractEventLoop | None = None
         self._machine: WorkerSession | None = None
         self._driver: Driver | None = None
@@ -163,6 +174,11 @@ class Worker:
         return self._clock
 
     @property
+    def dialer(self) -> Dialer:
+        """How sessions and heal probes connect (TCP unless a test gave another)."""
+        return self._dialer
+
+    @property
     def transport_options(self) -> TransportOptions:
         """What sessions are opened with: ``transport_options`` if given, else built from the
         token, protocol, tls and keepalive arguments."""
@@ -175,7 +191,9 @@ class Worker:
 
     def open_session(self) -> Awaitable[SessionStream]:
         """Connect to :attr:`server` and open the session stream (the driver calls this)."""
-        return open_session(self.server, self.transport_options)
+        return open_session(
+            self.server, self.transport_options, dialer=self._dialer, clock=self._keepalive_clock
+        )
 
     @property
     def reconnect_base(self) -> float:

@@ -8,6 +8,8 @@ client connect with their ordinary code; only the dialer differs::
         stream = await open_session(server.url, options, dialer=server.dial)
         async with server.client() as client:     # Client(server.url, dialer=server.dial)
             await client.enqueue("email:welcome", {"user_id": 42})
+        worker = server.worker(concurrency=4)       # Worker(server.url, dialer=server.dial, ...)
+        await worker.run(registry)                  # until worker.stop()
 
 The caller builds the ``conveyor_server_min.server.Server`` (with the config and services it
 wants); this module only needs what :class:`Servable` names, so the SDK's type check does not
@@ -25,12 +27,13 @@ import asyncio
 import errno
 from collections.abc import Callable
 from types import TracebackType
-from typing import Protocol, Self, TypeVar, Unpack
+from typing import Any, Protocol, Self, TypeVar, Unpack
 
 from conveyor_sdk._h2kernel.memory import MemoryTransport, connect_pair
 from conveyor_sdk._transport._connect import Target
 from conveyor_sdk.client import Client, ClientOptions
 from conveyor_sdk.errors import FailedPrecondition, InvalidArgument
+from conveyor_sdk.worker import Worker
 
 __all__ = ["MemoryServer", "Servable"]
 
@@ -69,6 +72,14 @@ class MemoryServer:
         if not self.url:
             raise FailedPrecondition("start the MemoryServer (async with) before making a client on it")
         return Client(self.url, dialer=self.dial, **options)
+
+    def worker(self, **options: Any) -> Worker:
+        """A :class:`~conveyor_sdk.worker.Worker` (``options``: its keyword arguments) whose
+        sessions and heal probes reach this server over in-memory connections; stop it before
+        stopping the server."""
+        if not self.url:
+            raise FailedPrecondition("start the MemoryServer (async with) before making a worker on it")
+        return Worker(self.url, dialer=self.dial, **options)
 
     async def start(self) -> str:
         """Start the server's services; returns its URL (which names no real host)."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import pytest
 
 from conveyor_sdk._worker.outcomes import MAX_ERROR_MSG, outcome_for_exception
-from conveyor_sdk.client import Client
+from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_sdk.types import RetryPolicy, TaskState
-from conveyor_sdk.worker import Registry, SkipRetry, TaskContext, TaskData, Worker
+from conveyor_sdk.worker import Registry, SkipRetry, TaskContext, TaskData
 from tests.sdk_worker._helpers import KEEP, running, wait_state
 
 FAST = RetryPolicy(base=0.05, max=0.1)
@@ -22,7 +23,7 @@ def _lookup(table: dict[str, int]) -> int:
 
 
 def test_failures_log_traceback_and_fate_and_report_the_location(
-    server_url: str, caplog: pytest.LogCaptureFixture
+    memory: Callable[..., MemoryServer], caplog: pytest.LogCaptureFixture
 ) -> None:
     """KeyError, max_retry 2: `retry 1/2`, `retry 2/2`, `archived after 3 attempts`, each with a traceback."""
     reg = Registry()
@@ -36,7 +37,7 @@ def test_failures_log_traceback_and_fate_and_report_the_location(
         raise SkipRetry("bad input")
 
     async def main() -> None:
-        async with Client(server_url) as client, running(Worker(server_url), reg):
+        async with memory() as server, server.client() as client, running(server.worker(), reg):
             info = await client.enqueue("lookup", b"", max_retry=2, retry_policy=FAST, **KEEP)
             skipped = await client.enqueue("skip", b"", **KEEP)
             done = await wait_state(client, info.id, TaskState.ARCHIVED)
@@ -70,7 +71,7 @@ def test_failures_log_traceback_and_fate_and_report_the_location(
     assert "(RETRY)" not in caplog.text
 
 
-def test_last_error_is_bounded_and_keeps_the_location(server_url: str) -> None:
+def test_last_error_is_bounded_and_keeps_the_location(memory: Callable[..., MemoryServer]) -> None:
     """A 100 kB exception message is cut: last_error stays within the bound and still ends with file:line."""
     reg = Registry()
 
@@ -79,7 +80,7 @@ def test_last_error_is_bounded_and_keeps_the_location(server_url: str) -> None:
         raise ValueError("x" * 100_000)
 
     async def main() -> str:
-        async with Client(server_url) as client, running(Worker(server_url), reg):
+        async with memory() as server, server.client() as client, running(server.worker(), reg):
             info = await client.enqueue("huge", b"", max_retry=1, retry_policy=FAST, **KEEP)
             done = await wait_state(client, info.id, TaskState.ARCHIVED, check=lambda i: bool(i.last_error))
             return done.last_error

@@ -1,5 +1,8 @@
 """The heal probe: a long reconnect wait after refused connects ends once the address listens again,
-and an address that accepts but fails the session keeps the full §5.9 backoff (no storm)."""
+and an address that accepts but fails the session keeps the full §5.9 backoff (no storm).
+
+These run over real loopback sockets, a fault proxy and server processes, in real time; the same
+behaviours in virtual time, over an in-memory server: test_heal_probe_virtual.py."""
 
 from __future__ import annotations
 
@@ -7,17 +10,24 @@ import asyncio
 import itertools
 import logging
 import re
+import shutil
 import ssl
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from conveyor_sdk._protocol.backoff import Backoff
-from conveyor_sdk._transport._connect import Target, connect_error
-from conveyor_sdk._worker.healprobe import refused, unanswered
+from conveyor_sdk._transport._connect import Target, connect_error, dial_tcp
+from conveyor_sdk._transport.options import TLSOptions
+from conveyor_sdk._worker.healprobe import HealProbe, refused, unanswered
 from conveyor_sdk.testing import FaultProxy
 from conveyor_sdk.worker import Registry, Worker
 from conveyor_server_min.testing import ServerProcess
 from tests._util import until
+from tests.sdk_transport._helpers import make_certs
 
 WORST = 0.99  # the jitter draw: every reconnect wait near its ceiling
 
@@ -180,3 +190,45 @@ async def _accepting_but_failing() -> None:
         await run
         listener.close()
         await listener.wait_closed()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_the_probe_answers_over_tls_only_for_a_verified_h2_server(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """An ``https://`` address is probed over TLS with ALPN h2: verified against our CA, the PING is
+    answered; with the system's store the handshake fails, and the probe keeps on, not answered."""
+    certs = make_certs(tmp_path)
+    server = server_factory(
+        ["--dev", "--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)]
+    )
+    asyncio.run(_probe_over_tls(server.url, str(certs.ca)))
+
+
+async def _probe_over_tls(url: str, ca_file: str) -> None:
+    dials: list[str] = []
+
+    async def counted(factory: Any, target: Target, *, tls: Any, server_hostname: str | None) -> Any:
+        try:
+            return await dial_tcp(factory, target, tls=tls, server_hostname=server_hostname)
+        finally:
+            dials.append(target.scheme)
+
+    answered: list[int] = []
+    trusted = HealProbe([url], answered.append, lambda: 0.0, tls=TLSOptions(ca_file=ca_file), dialer=counted)
+    trusted.start()
+    try:
+        await until(lambda: answered, 10, what="the probe's answer over TLS")
+    finally:
+        trusted.cancel()
+    assert answered == [0] and dials[0] == "https"
+
+    refused_by_us: list[int] = []
+    dials.clear()
+    untrusted = HealProbe([url], refused_by_us.append, lambda: 0.0, dialer=counted)
+    untrusted.start()
+    try:
+        await until(lambda: len(dials) >= 3, 10, what="three probes with an unverified certificate")
+    finally:
+        untrusted.cancel()
+    assert refused_by_us == []

@@ -1,4 +1,8 @@
-"""The asyncio Worker against the real reference server: the protocol §9 checklist end to end."""
+"""The asyncio Worker against the real reference server: the protocol §9 checklist end to end.
+
+The server runs in the test's event loop (MemoryServer): every session, task call and admin call
+goes through the same HTTP/2 code as over TCP, with no subprocess and no socket. The worker over
+real sockets and processes: tests/runtime/test_worker_e2e.py, test_worker_signals.py, test_failover.py."""
 
 from __future__ import annotations
 
@@ -11,18 +15,16 @@ from typing import Any
 
 import pytest
 
-from conveyor_sdk.client import Client
 from conveyor_sdk.errors import InvalidArgument, Unauthenticated
+from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_sdk.types import RetryPolicy, TaskState
 from conveyor_sdk.worker import CancelReason, Registry, SkipRetry, TaskContext, TaskData, Worker
-from conveyor_server_min.testing import ServerProcess
 from tests._util import eventually
-from tests.conftest import FAST_ARGS
 from tests.sdk_worker._helpers import KEEP, running, wait_state
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "connect"])
-def test_outcome_mapping_end_to_end(server_url: str, protocol: str) -> None:
+def test_outcome_mapping_end_to_end(memory: Callable[..., MemoryServer], protocol: str) -> None:
     """SUCCESS completes, SkipRetry archives, exceptions and SystemExit retry until exhausted."""
     reg = Registry()
     reg.handler("ok")(lambda t, c: b"result")
@@ -40,7 +42,11 @@ def test_outcome_mapping_end_to_end(server_url: str, protocol: str) -> None:
         raise SystemExit(3)
 
     async def main() -> None:
-        async with Client(server_url) as client, running(Worker(server_url, protocol=protocol), reg):
+        async with (
+            memory() as server,
+            server.client() as client,
+            running(server.worker(protocol=protocol), reg),
+        ):
             ok = await client.enqueue("ok", b"", **KEEP)
             skip = await client.enqueue("skip", b"", **KEEP)
             boom = await client.enqueue("boom", b"", max_retry=1, retry_policy=_fast_retry(), **KEEP)
@@ -60,7 +66,7 @@ def _fast_retry() -> RetryPolicy:
     return RetryPolicy(base=0.05, max=0.1)
 
 
-def test_concurrency_gate_and_all_results(server_url: str) -> None:
+def test_concurrency_gate_and_all_results(memory: Callable[..., MemoryServer]) -> None:
     """Exactly `concurrency` handlers run at once, never more, and every task completes."""
     reg = Registry()
     active = {"now": 0, "max": 0}
@@ -78,10 +84,10 @@ def test_concurrency_gate_and_all_results(server_url: str) -> None:
         active["now"] -= 1
 
     async def main() -> None:
-        async with Client(server_url) as client:
+        async with memory() as server, server.client() as client:
             # All twelve are ready before the worker connects: only its gate holds back the rest.
             ids = [(await client.enqueue("work", b"", **KEEP)).id for _ in range(12)]
-            async with running(Worker(server_url, concurrency=3), reg):
+            async with running(server.worker(concurrency=3), reg):
                 for tid in ids:
                     await wait_state(client, tid, TaskState.COMPLETED)
         assert active["max"] == 3
@@ -89,7 +95,7 @@ def test_concurrency_gate_and_all_results(server_url: str) -> None:
     asyncio.run(main())
 
 
-def test_long_handler_under_short_lease_keeps_retried_zero(server_url: str) -> None:
+def test_long_handler_under_short_lease_keeps_retried_zero(memory: Callable[..., MemoryServer]) -> None:
     """A 5 s handler under a 2 s lease completes with retried == 0 (heartbeats move the lease).
 
     The real-time run against the server's lease; the sync handler and the group batch under a
@@ -103,7 +109,7 @@ def test_long_handler_under_short_lease_keeps_retried_zero(server_url: str) -> N
         return b"done"
 
     async def main() -> None:
-        async with Client(server_url) as client, running(Worker(server_url), reg):
+        async with memory() as server, server.client() as client, running(server.worker(), reg):
             info = await client.enqueue("long", b"", **KEEP)
             done = await wait_state(client, info.id, TaskState.COMPLETED, timeout=40)
             assert done.retried == 0 and done.last_error == ""
@@ -111,7 +117,7 @@ def test_long_handler_under_short_lease_keeps_retried_zero(server_url: str) -> N
     asyncio.run(main())
 
 
-def test_group_is_one_batch_call_with_per_member_outcomes(server_url: str) -> None:
+def test_group_is_one_batch_call_with_per_member_outcomes(memory: Callable[..., MemoryServer]) -> None:
     """A 3-member group is one batch call (one slot); a member's SkipRetry archives only it.
 
     The same batch running 3 s under a 2 s lease is heartbeated in virtual time
@@ -127,7 +133,7 @@ def test_group_is_one_batch_call_with_per_member_outcomes(server_url: str) -> No
         return {tasks[1].id: SkipRetry("second is bad")}
 
     async def main() -> None:
-        async with Client(server_url) as client, running(Worker(server_url, concurrency=1), reg):
+        async with memory() as server, server.client() as client, running(server.worker(concurrency=1), reg):
             ids = [(await client.enqueue("agg", b"", group="g1", **KEEP)).id for _ in range(3)]
             a = await wait_state(client, ids[0], TaskState.COMPLETED, timeout=40)
             b = await wait_state(client, ids[1], TaskState.ARCHIVED, timeout=40)
@@ -139,7 +145,7 @@ def test_group_is_one_batch_call_with_per_member_outcomes(server_url: str) -> No
     asyncio.run(main())
 
 
-def test_task_timeout_cancels_with_deadline_reason(server_url: str) -> None:
+def test_task_timeout_cancels_with_deadline_reason(memory: Callable[..., MemoryServer]) -> None:
     """A handler running past start + timeout is cancelled (DEADLINE) and the task retries."""
     reg = Registry()
     reasons: list[CancelReason | None] = []
@@ -152,7 +158,7 @@ def test_task_timeout_cancels_with_deadline_reason(server_url: str) -> None:
             reasons.append(ctx.cancel_reason)
 
     async def main() -> None:
-        async with Client(server_url) as client, running(Worker(server_url), reg):
+        async with memory() as server, server.client() as client, running(server.worker(), reg):
             info = await client.enqueue(
                 "stuck", b"", timeout=1, max_retry=1, retry_policy=_fast_retry(), **KEEP
             )
@@ -165,7 +171,7 @@ def test_task_timeout_cancels_with_deadline_reason(server_url: str) -> None:
     asyncio.run(main())
 
 
-def test_admin_cancel_reaches_running_handler(server_url: str) -> None:
+def test_admin_cancel_reaches_running_handler(memory: Callable[..., MemoryServer]) -> None:
     """Admin CancelTask on an ACTIVE task -> Cancel frame -> handler cancelled (SERVER_CANCEL)."""
     reg = Registry()
     started = threading.Event()
@@ -179,7 +185,7 @@ def test_admin_cancel_reaches_running_handler(server_url: str) -> None:
         ctx.raise_if_cancelled()
 
     async def main() -> None:
-        async with Client(server_url) as client, running(Worker(server_url), reg):
+        async with memory() as server, server.client() as client, running(server.worker(), reg):
             info = await client.enqueue("victim", b"", **KEEP)
             await asyncio.get_running_loop().run_in_executor(None, started.wait, 20)
             await client.admin.cancel_task(info.id)
@@ -190,7 +196,7 @@ def test_admin_cancel_reaches_running_handler(server_url: str) -> None:
     asyncio.run(main())
 
 
-def test_progress_reaches_the_server(server_url: str) -> None:
+def test_progress_reaches_the_server(memory: Callable[..., MemoryServer]) -> None:
     """report_progress from a sync handler thread is sent (coalesced) and visible via GetTask."""
     reg = Registry()
     gate = threading.Event()
@@ -202,7 +208,11 @@ def test_progress_reaches_the_server(server_url: str) -> None:
         gate.wait(30)
 
     async def main() -> None:
-        async with Client(server_url) as client, running(Worker(server_url, progress_interval=0.2), reg):
+        async with (
+            memory() as server,
+            server.client() as client,
+            running(server.worker(progress_interval=0.2), reg),
+        ):
             info = await client.enqueue("prog", b"", **KEEP)
 
             async def seen() -> bool:
@@ -216,7 +226,7 @@ def test_progress_reaches_the_server(server_url: str) -> None:
     asyncio.run(main())
 
 
-def test_drain_finishes_in_flight_then_returns(server_url: str) -> None:
+def test_drain_finishes_in_flight_then_returns(memory: Callable[..., MemoryServer]) -> None:
     """stop() during a task: it finishes within grace and reports its real outcome; run() returns."""
     reg = Registry()
     started = asyncio.Event()
@@ -228,8 +238,8 @@ def test_drain_finishes_in_flight_then_returns(server_url: str) -> None:
         return b"finished"
 
     async def main() -> None:
-        worker = Worker(server_url, grace=20)
-        async with Client(server_url) as client:
+        async with memory() as server, server.client() as client:
+            worker = server.worker(grace=20)
             async with running(worker, reg) as task:
                 info = await client.enqueue("job", b"", **KEEP)
                 await asyncio.wait_for(started.wait(), 20)
@@ -242,7 +252,7 @@ def test_drain_finishes_in_flight_then_returns(server_url: str) -> None:
     asyncio.run(main())
 
 
-def test_drain_grace_end_releases_without_retry(server_url: str) -> None:
+def test_drain_grace_end_releases_without_retry(memory: Callable[..., MemoryServer]) -> None:
     """A task still running at grace end is cancelled (DRAIN) and RELEASED: retried stays 0."""
     reg = Registry()
     started = asyncio.Event()
@@ -257,8 +267,8 @@ def test_drain_grace_end_releases_without_retry(server_url: str) -> None:
             reasons.append(ctx.cancel_reason)
 
     async def main() -> None:
-        worker = Worker(server_url, grace=0.5)
-        async with Client(server_url) as client:
+        async with memory() as server, server.client() as client:
+            worker = server.worker(grace=0.5)
             async with running(worker, reg):
                 info = await client.enqueue("slow", b"", **KEEP)
                 await asyncio.wait_for(started.wait(), 20)
@@ -277,28 +287,33 @@ def test_zero_weight_refused_locally() -> None:
             Worker("http://127.0.0.1:9", **kwargs)  # type: ignore[arg-type]
 
 
-def test_unauthenticated_is_fatal(server_factory: Callable[..., ServerProcess]) -> None:
+def test_unauthenticated_is_fatal(memory: Callable[..., MemoryServer]) -> None:
     """A wrong token ends run() with Unauthenticated after a single attempt (no reconnect loop)."""
-    srv = server_factory(["--token", "s3cret", *FAST_ARGS])
-    worker = Worker(srv.url, token="wrong")
-    with pytest.raises(Unauthenticated):
-        asyncio.run(asyncio.wait_for(worker.run(Registry()), 30))
-    assert worker.statistics()["active"] is False
-
     reg = Registry()
     reg.handler("t")(lambda t, c: None)
 
     async def main() -> None:
-        async with Client(srv.url, token="s3cret") as client, running(Worker(srv.url, token="s3cret"), reg):
-            info = await client.enqueue("t", b"", **KEEP)
-            await wait_state(client, info.id, TaskState.COMPLETED)
+        async with memory(tokens=("s3cret",)) as server:
+            worker = server.worker(token="wrong")
+            with pytest.raises(Unauthenticated):
+                await asyncio.wait_for(worker.run(Registry()), 30)
+            assert worker.statistics()["active"] is False
+
+            async with server.client(token="s3cret") as client, running(server.worker(token="s3cret"), reg):
+                info = await client.enqueue("t", b"", **KEEP)
+                await wait_state(client, info.id, TaskState.COMPLETED)
 
     asyncio.run(main())
 
 
-def test_min_server_version_too_new_is_fatal(server_url: str) -> None:
+def test_min_server_version_too_new_is_fatal(memory: Callable[..., MemoryServer]) -> None:
     """Demanding a newer server than the running one fails with invalid_argument, no retry loop."""
-    worker = Worker(server_url, min_server_version="v99.0.0")
-    with pytest.raises(InvalidArgument):
-        asyncio.run(asyncio.wait_for(worker.run(Registry()), 30))
-    assert worker.statistics()["connections"] == 1
+
+    async def main() -> None:
+        async with memory() as server:
+            worker = server.worker(min_server_version="v99.0.0")
+            with pytest.raises(InvalidArgument):
+                await asyncio.wait_for(worker.run(Registry()), 30)
+            assert worker.statistics()["connections"] == 1
+
+    asyncio.run(main())
