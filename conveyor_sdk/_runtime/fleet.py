@@ -22,11 +22,11 @@ from dataclasses import dataclass, replace
 
 from conveyor_sdk._protocol.types import CancelReason
 from conveyor_sdk._runtime import pipe
-from conveyor_sdk._runtime.clock import RuntimeClock, SystemClock
 from conveyor_sdk._runtime.observe import NullObserver, Observer
 from conveyor_sdk._runtime.pools import PoolSpec
 from conveyor_sdk._runtime.proc import ChildArgs, ChildProc, ChildState, RunningJob, describe_exit
 from conveyor_sdk._runtime.reload import discard_snapshot, take_snapshot
+from conveyor_sdk._transport.clock import Clock, SystemClock
 
 __all__ = ["ExecutorOptions", "Fleet", "Pool", "RuntimeFailure"]
 
@@ -100,9 +100,9 @@ class Fleet:
         options: ExecutorOptions | None = None,
         observer: Observer | None = None,
         *,
-        clock: RuntimeClock | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        self.clock: RuntimeClock = clock or SystemClock()  # tests pass a ManualClock
+        self.clock: Clock = clock or SystemClock()  # tests pass a ManualClock
         self.child_args = child_args
         self.options = options or ExecutorOptions()
         self.observer: Observer = observer or NullObserver()

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conveyor_sdk._runtime import pipe
-from conveyor_sdk._runtime.clock import Timer
 from conveyor_sdk._runtime.outbox import Outbox
 from conveyor_sdk._runtime.output import ChildOutput, write_output
+from conveyor_sdk._transport.clock import Timer
 from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, Outcome
 from conveyor_sdk.errors import ProtocolError
 

@@ -28,17 +28,14 @@ the Go SDK relies on TCP keepalive (15 s idle, 15 s interval, 9 probes: about 2.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Protocol
 
 __all__ = [
     "DEFAULT_INTERVAL",
     "DEFAULT_TIMEOUT",
     "Keepalive",
-    "KeepaliveClock",
     "KeepaliveOptions",
-    "KeepaliveTimer",
     "LinkDead",
     "PingNow",
 ]
@@ -59,21 +56,6 @@ class KeepaliveOptions:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"keepalive {name} must be a positive number of seconds, got {value!r}")
-
-
-class KeepaliveTimer(Protocol):
-    def cancel(self) -> None: ...
-
-
-class KeepaliveClock(Protocol):
-    """The time a connection's keepalive follows: the event loop's by default; a test passes a
-    virtual one (the worker's ``ManualClock`` is one) to run PING timeouts without waiting."""
-
-    def now(self) -> float: ...
-
-    def call_at(self, when: float, callback: Callable[[], None]) -> KeepaliveTimer:
-        """Call ``callback()`` on the running event loop once ``now() >= when``."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,12 +25,11 @@ from typing import Any
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._transport import _connect
+from conveyor_sdk._transport.clock import Clock, SystemClock, Timer
 from conveyor_sdk._transport.core import SessionCore
 from conveyor_sdk._transport.keepalive import (
     Keepalive,
-    KeepaliveClock,
     KeepaliveOptions,
-    KeepaliveTimer,
     LinkDead,
     PingNow,
 )
@@ -87,7 +86,7 @@ class SessionStream:
         *,
         protocol: str,
         keepalive: KeepaliveOptions | None = None,
-        clock: KeepaliveClock | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._core = core
         self.protocol = protocol
@@ -104,9 +103,9 @@ class SessionStream:
         self.messages_sent = 0
         self.messages_received = 0
         self._keepalive_options = keepalive
-        self._clock: KeepaliveClock = clock or _LoopClock(self._loop)
+        self._clock: Clock = clock or SystemClock()  # the keepalive reads its monotonic time
         self.keepalive: Keepalive | None = None  # made once connected
-        self._timer: KeepaliveTimer | None = None
+        self._timer: Timer | None = None
         self._timer_at = 0.0
         self._written = 0  # bytes handed to the socket transport so far
 
@@ -303,7 +302,7 @@ class SessionStream:
         self._transport = transport
         self._write_now()
         if self._keepalive_options is not None:
-            self.keepalive = Keepalive(self._keepalive_options, self._clock.now())
+            self.keepalive = Keepalive(self._keepalive_options, self._clock.monotonic())
             self._core.on_ping_ack = self._on_ping_ack
             self._arm()
 
@@ -320,7 +319,7 @@ class SessionStream:
                 return
             self._timer.cancel()
         self._timer_at = at
-        self._timer = self._clock.call_at(at, self._on_timer)
+        self._timer = self._clock.call_later(at - self._clock.monotonic(), self._on_timer)
 
     def _stop_timer(self) -> None:
         if self._timer is not None:
@@ -339,7 +338,7 @@ class SessionStream:
             progress = ("socket", self._written - buffered)
         else:
             progress = None
-        action = ka.poll(self._clock.now(), progress)
+        action = ka.poll(self._clock.monotonic(), progress)
         if isinstance(action, PingNow):
             core.send_ping(action.payload)
             self._write_now()
@@ -354,7 +353,7 @@ class SessionStream:
 
     def _on_ping_ack(self, payload: bytes) -> None:
         ka = self.keepalive
-        if ka is not None and ka.acked(payload, self._clock.now()):
+        if ka is not None and ka.acked(payload, self._clock.monotonic()):
             self._arm()
 
     def _write_out(self) -> None:
@@ -406,21 +405,6 @@ class SessionStream:
         await self._signal.wait()
 
 
-class _LoopClock:
-    """The event loop's monotonic time: the keepalive's default clock."""
-
-    __slots__ = ("_loop",)
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-
-    def now(self) -> float:
-        return self._loop.time()
-
-    def call_at(self, when: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        return self._loop.call_at(when, callback)
-
-
 def _invalid(exc: Exception) -> Internal:
     return Internal(f"the server sent a message that is not a valid ServerMessage: {exc}")
 
@@ -431,14 +415,14 @@ async def open_session(
     *,
     path: str = DEFAULT_PATH,
     dialer: _connect.Dialer = _connect.dial_tcp,
-    clock: KeepaliveClock | None = None,
+    clock: Clock | None = None,
 ) -> SessionStream:
     """Connect to ``url`` and open the session stream (request HEADERS sent; no response awaited).
 
     ``http://`` uses h2c with prior knowledge; ``https://`` uses TLS with ALPN ``h2``.
     ``dialer`` opens the connection (TCP by default; tests pass an in-memory one).
-    ``clock``: the time the keepalive's PINGs and timeouts follow (the event loop's by default;
-    tests pass a virtual one).
+    ``clock``: the time the keepalive's PINGs and timeouts follow (its monotonic clock and timers:
+    the system's by default; tests pass a virtual one).
     Raises :class:`~conveyor_sdk.errors.Unavailable` when the server cannot be reached and
     :class:`~conveyor_sdk.errors.InvalidArgument` for a bad URL or unreadable TLS files.
     """

@@ -14,7 +14,8 @@ One driver coroutine owns the :class:`WorkerSession`. The walk of a frame, top-d
 
 Everything else (finished jobs, progress from handler threads, the executor's wakeup, connect
 results, stop requests, the stream's end) is a typed event (:mod:`.events`) posted to the loop.
-Timers come from the machine's ``next_deadline()`` and the injected :class:`~.clock.Clock`.
+Timers come from the machine's ``next_deadline()`` and the injected clock
+(:class:`conveyor_sdk._transport.clock.Clock`).
 Every task the driver starts is awaited before ``run`` returns.
 """
 
@@ -43,8 +44,8 @@ from conveyor_sdk._protocol.session import (
     WorkerSession,
 )
 from conveyor_sdk._transport._connect import Dialer
+from conveyor_sdk._transport.clock import Clock, Timer
 from conveyor_sdk._transport.options import TransportOptions
-from conveyor_sdk._worker.clock import Clock, Timer
 from conveyor_sdk._worker.events import (
     CapacityFreed,
     Event,

@@ -26,8 +26,8 @@ import ssl
 from collections.abc import Callable, Sequence
 
 from conveyor_sdk._transport._connect import Dialer, Target, dial_tcp, parse_target, tls_context
+from conveyor_sdk._transport.clock import Clock, SystemClock
 from conveyor_sdk._transport.options import TLSOptions
-from conveyor_sdk._worker.clock import Clock, SystemClock
 from conveyor_sdk.errors import ConveyorError, InvalidArgument
 
 __all__ = ["INTERVAL", "MIN_WAIT", "HealProbe", "refused", "unanswered"]
@@ -115,26 +115,12 @@ class HealProbe:
             else:
                 targets.append((target, ctx))
         while True:
-            await self._sleep(self._interval * (0.5 + self._rng()))
+            await self._clock.sleep(self._interval * (0.5 + self._rng()))
             answers = await asyncio.gather(*(self._answers(t) for t in targets))
             for index, answered in enumerate(answers):
                 if answered:
                     self._on_accept(index)
                     return
-
-    async def _sleep(self, seconds: float) -> None:
-        """Wait ``seconds`` of the clock's time (a timer cancelled if the probe is)."""
-        due: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def wake() -> None:
-            if not due.done():
-                due.set_result(None)
-
-        timer = self._clock.call_at(self._clock.now() + seconds, wake)
-        try:
-            await due
-        finally:
-            timer.cancel()
 
     async def _answers(self, probe: tuple[Target, ssl.SSLContext | None] | None) -> bool:
         if probe is None:
@@ -144,7 +130,7 @@ class HealProbe:
         def expire() -> None:
             attempt.cancel()
 
-        timer = self._clock.call_at(self._clock.now() + PROBE_TIMEOUT, expire)
+        timer = self._clock.call_later(PROBE_TIMEOUT, expire)
         try:
             return await attempt
         except asyncio.CancelledError:

@@ -21,9 +21,9 @@ from conveyor_sdk._protocol.hello import SessionConfig
 from conveyor_sdk._protocol.session import WorkerSession
 from conveyor_sdk._transport import SessionStream, TLSOptions, TransportOptions, eventloop, open_session
 from conveyor_sdk._transport._connect import Dialer, dial_tcp
+from conveyor_sdk._transport.clock import Clock, SystemClock
 from conveyor_sdk._transport.keepalive import DEFAULT_INTERVAL, DEFAULT_TIMEOUT, KeepaliveOptions
 from conveyor_sdk._version import __version__
-from conveyor_sdk._worker.clock import Clock, SystemClock
 from conveyor_sdk._worker.defaults import IN_PROCESS_ASYNC_SLOTS, default_concurrency
 from conveyor_sdk._worker.driver import Driver
 from conveyor_sdk._worker.events import StopRequested
@@ -76,10 +76,10 @@ class Worker:
             so noticed 10-15 s after its last answer, well before a lease lapses. Ignored
             when ``transport_options`` is given (its ``keepalive`` counts).
         clock: for tests: the wall clock and timers the session's leases, heartbeats,
-            deadlines and reconnect waits follow (``conveyor_sdk._worker.clock.ManualClock``
+            deadlines and reconnect waits follow (``conveyor_sdk._transport.clock.ManualClock``
             runs them in virtual time), and also the session keepalive's PINGs and the heal
             probe's waits. Not a stable API; the default is the system clock (the keepalive
-            then keeps the event loop's monotonic time).
+            keeps its monotonic time, safe from wall-clock steps).
         dialer: for tests and in-process use: how the session and the heal probe connect
             (``conveyor_sdk._transport._connect.Dialer``); ``MemoryServer.worker()`` passes its
             in-memory one (``conveyor_sdk.testing.memory``). Default: TCP (and TLS).
@@ -143,7 +143,6 @@ class Worker:
         self._log = logger or log
         self._rng = rng or random.Random().random
         self._clock: Clock = clock or SystemClock()
-        self._keepalive_clock = clock  # None: the loop's monotonic time, safe from wall-clock steps
         if dialer is not None and not callable(dialer):
             raise TypeError(f"dialer must be an async callable (a Dialer), not {type(dialer).__name__}")
         self._dialer: Dialer = dialer or dial_tcp
@@ -191,9 +190,7 @@ class Worker:
 
     def open_session(self) -> Awaitable[SessionStream]:
         """Connect to :attr:`server` and open the session stream (the driver calls this)."""
-        return open_session(
-            self.server, self.transport_options, dialer=self._dialer, clock=self._keepalive_clock
-        )
+        return open_session(self.server, self.transport_options, dialer=self._dialer, clock=self._clock)
 
     @property
     def reconnect_base(self) -> float:

@@ -1,6 +1,6 @@
 """The process executor's timing decisions on a ManualClock: each happens at its instant, not a moment before.
 
-The children are real processes; only the executor's clock is virtual (``_runtime/clock.py``), so a
+The children are real processes; only the executor's clock is virtual (``_transport/clock.py``), so a
 kill after ``kill_grace`` and a hung child's kill past its job's deadline are checked at their exact
 instants without waiting them out. On the real clock: the kill after the grace in
 ``test_worker_e2e.py`` (the whole worker), the hung child in ``test_executor.py``.
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conveyor_sdk._runtime.clock import ManualClock
 from conveyor_sdk._runtime.executor import ExecutorOptions, ProcessExecutor, RuntimeFailure
 from conveyor_sdk._runtime.pools import PoolSpec
 from conveyor_sdk._runtime.proc import ChildArgs, ChildState
+from conveyor_sdk._transport.clock import ManualClock
 from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, OutcomeKind, TaskData
 from tests._util import until
 from tests.runtime.test_executor import APP

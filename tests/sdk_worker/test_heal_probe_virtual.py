@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 from conveyor_sdk._h2kernel.memory import connect_pair
 from conveyor_sdk._transport._connect import Target
-from conveyor_sdk._worker.clock import ManualClock
+from conveyor_sdk._transport.clock import ManualClock
 from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_sdk.worker import Registry, Worker
 from tests.sdk_client.conftest import memory_server
@@ -84,7 +84,7 @@ async def _advance_until(
     await _settle()
     while not predicate():
         assert clock.now() - start < limit, f"no {what} within {limit}s of virtual time"
-        clock.advance(0.05)
+        await clock.advance(0.05)
         await _settle()
     return clock.now() - start
 
