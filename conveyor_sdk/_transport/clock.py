@@ -106,11 +106,12 @@ class ManualClock:
     """A clock for tests (one event loop thread): nothing happens until :meth:`advance` moves it.
 
     The wall and monotonic clocks move together. ``monotonic`` is never 0 by default: the fleet
-    reads a ready_at of 0.0 as "never got ready"; the default ``wall`` lies ahead of the real date,
-    so a deadline a child process checks against its own clock has not passed yet.
+    reads a ready_at of 0.0 as "never got ready". The default ``wall`` (2096) lies far ahead of the real
+    date, so a virtual deadline can never read as past to a process that compares it with its real
+    clock, whatever the date the tests run on.
     """
 
-    def __init__(self, *, wall: float = 1_800_000_000.0, monotonic: float = 1000.0) -> None:
+    def __init__(self, *, wall: float = 4_000_000_000.0, monotonic: float = 1000.0) -> None:
         for name, value in (("wall", wall), ("monotonic", monotonic)):
             if not isinstance(value, int | float) or not math.isfinite(value):
                 raise InvalidArgument(f"ManualClock {name} must be a finite number of seconds, got {value!r}")

@@ -77,7 +77,8 @@ def test_a_deadline_computed_from_now_falls_due_when_the_steps_add_up_to_it() ->
         await clock.advance(0.49)
         assert fired == []
         await clock.advance(0.01)
-        assert fired == ["wall", "monotonic"]
+        # both fell due at this step; which of two clocks' timers at one instant goes first is not a promise
+        assert sorted(fired) == ["monotonic", "wall"]
 
     asyncio.run(main())
 
