@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from conveyor_sdk._encryption.hooks import Encryptor
 from conveyor_sdk._h2kernel.eager import eager_task
@@ -56,7 +57,7 @@ class Run:
     delivery: Delivery
     job: Job
     spec: HandlerSpec | None  # looked up once; None: no handler (the executor answers for it)
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Future[Any] | None = None  # the job's task, or the hand-off's future (see _launch)
     handed: bool = False  # the executor has the job: a Cancel goes to it from now on
     cancel: CancelReason | None = None  # a Cancel that came before the executor had the job
 
@@ -169,6 +170,13 @@ class Jobs:
                 failed: asyncio.Future[list[Outcome]] = loop.create_future()
                 failed.set_exception(exc)
                 handed = failed
+        if isinstance(handed, asyncio.Future):
+            # The executor's future completes the job through a callback, without a task of
+            # ours per job. Cancelling it (shutdown) releases the job, as cancelling a task
+            # that awaits it would.
+            run.task = handed
+            handed.add_done_callback(functools.partial(self._handed_done, run))
+            return
         name = f"conveyor-job-{job.job_id}"
         coro = self._run_job(run, handed)
         run.task = eager_task(loop, coro, name) if eager else loop.create_task(coro, name=name)
@@ -199,6 +207,18 @@ class Jobs:
         except Exception as exc:  # isolation point: an executor failure is the task's outcome
             self.log.exception("executor failed on %s", job.job_id)
             outcomes = [Outcome(OutcomeKind.RETRY, f"executor failed: {exc!r}")] * len(job.tasks)
+        self.post(_job_done(job.job_id, outcomes))
+
+    def _handed_done(self, run: Run, handed: asyncio.Future[list[Outcome]]) -> None:
+        """A hand-off's future is done: its outcomes (as :meth:`_run_job` would report them)."""
+        job = run.job
+        if handed.cancelled():
+            outcomes = [Outcome(OutcomeKind.RELEASED, "worker stopped")] * len(job.tasks)
+        elif (exc := handed.exception()) is not None:  # an executor failure is the task's outcome
+            self.log.error("executor failed on %s", job.job_id, exc_info=exc)
+            outcomes = [Outcome(OutcomeKind.RETRY, f"executor failed: {exc!r}")] * len(job.tasks)
+        else:
+            outcomes = handed.result()
         self.post(_job_done(job.job_id, outcomes))
 
     # -- reporting ---------------------------------------------------------------------------------
