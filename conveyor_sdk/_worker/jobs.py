@@ -155,7 +155,8 @@ class Jobs:
         """Create the job's task; ``eager``: run its first step at once, inside that task.
 
         A hand-off executor first gets the job (``run``'s synchronous part), unless a Cancel
-        came first; from then on a Cancel goes to the executor. With ``eager`` (outside any
+        came first; from then on a Cancel goes to the executor. When it returns a future, that
+        future is the job (:meth:`_handed_done` reports it) and no task is made. With ``eager`` (outside any
         task: the read's turn) the job's first step, the handler's start, runs before the rest
         of the read and the loop's next turn (``_h2kernel.eager.eager_task``).
         """
@@ -252,7 +253,8 @@ class Jobs:
 
     # -- teardown ----------------------------------------------------------------------------------
     async def shutdown(self, *, wait: float) -> None:
-        """Cancel every job (drain), wait up to ``wait`` seconds for their tasks, close the executor."""
+        """Cancel every job (drain), wait up to ``wait`` seconds for their tasks (or hand-off
+        futures), cancel what is left, close the executor."""
         tasks = [run.task for run in self.running.values() if run.task is not None]
         for job_id in list(self.running):
             self.executor.cancel(job_id, CancelReason.DRAIN)
