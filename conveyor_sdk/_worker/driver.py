@@ -145,18 +145,32 @@ class Driver:
         self.counters.update(reconnects=0, frames_in_read_turn=0)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread_id = threading.get_ident()
+        self.capacity_posted = False  # a CapacityFreed waits in ``events`` (see ``run``'s wakeup)
 
     def post(self, event: Event) -> None:
         self.events.append(event)
         self.wake.set()
 
+    def _post_capacity(self) -> None:
+        """Post a CapacityFreed unless one waits already (on the loop's thread)."""
+        if not self.capacity_posted:
+            self.capacity_posted = True
+            self.post(CapacityFreed())
+
     # -- main loop -------------------------------------------------------------------------------
     async def run(self) -> None:
         self._loop = loop = asyncio.get_running_loop()
 
+        loop_thread = threading.get_ident()
+
         def wakeup() -> None:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(self.post, CapacityFreed())
+            # Executors call this on the loop's own thread as a rule (ProcessExecutor does, for
+            # every finished job): post directly, no self-pipe write and read. One CapacityFreed
+            # waiting is enough: when it is handled, the machine asks the executor afresh.
+            if threading.get_ident() == loop_thread:
+                self._post_capacity()
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(self._post_capacity)
 
         await self.jobs.executor.start(wakeup)
         try:
@@ -218,6 +232,7 @@ class Driver:
         elif isinstance(event, ProgressReported):
             self._execute(machine.progress(event.task_id, event.percent, event.message, now))
         elif isinstance(event, CapacityFreed):
+            self.capacity_posted = False  # capacity freed from now on needs a new event
             self._execute(machine.capacity_changed(now, self.jobs.can_start))
         elif isinstance(event, StreamEnded):
             if event.stream is self.stream:

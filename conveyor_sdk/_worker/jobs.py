@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from conveyor_sdk._encryption.hooks import Encryptor
 from conveyor_sdk._h2kernel.eager import eager_task
@@ -56,7 +57,7 @@ class Run:
     delivery: Delivery
     job: Job
     spec: HandlerSpec | None  # looked up once; None: no handler (the executor answers for it)
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Future[Any] | None = None  # the job's task, or the hand-off's future (see _launch)
     handed: bool = False  # the executor has the job: a Cancel goes to it from now on
     cancel: CancelReason | None = None  # a Cancel that came before the executor had the job
 
@@ -154,7 +155,8 @@ class Jobs:
         """Create the job's task; ``eager``: run its first step at once, inside that task.
 
         A hand-off executor first gets the job (``run``'s synchronous part), unless a Cancel
-        came first; from then on a Cancel goes to the executor. With ``eager`` (outside any
+        came first; from then on a Cancel goes to the executor. When it returns a future, that
+        future is the job (:meth:`_handed_done` reports it) and no task is made. With ``eager`` (outside any
         task: the read's turn) the job's first step, the handler's start, runs before the rest
         of the read and the loop's next turn (``_h2kernel.eager.eager_task``).
         """
@@ -169,6 +171,13 @@ class Jobs:
                 failed: asyncio.Future[list[Outcome]] = loop.create_future()
                 failed.set_exception(exc)
                 handed = failed
+        if isinstance(handed, asyncio.Future):
+            # The executor's future completes the job through a callback, without a task of
+            # ours per job. Cancelling it (shutdown) releases the job, as cancelling a task
+            # that awaits it would.
+            run.task = handed
+            handed.add_done_callback(functools.partial(self._handed_done, run))
+            return
         name = f"conveyor-job-{job.job_id}"
         coro = self._run_job(run, handed)
         run.task = eager_task(loop, coro, name) if eager else loop.create_task(coro, name=name)
@@ -199,6 +208,18 @@ class Jobs:
         except Exception as exc:  # isolation point: an executor failure is the task's outcome
             self.log.exception("executor failed on %s", job.job_id)
             outcomes = [Outcome(OutcomeKind.RETRY, f"executor failed: {exc!r}")] * len(job.tasks)
+        self.post(_job_done(job.job_id, outcomes))
+
+    def _handed_done(self, run: Run, handed: asyncio.Future[list[Outcome]]) -> None:
+        """A hand-off's future is done: its outcomes (as :meth:`_run_job` would report them)."""
+        job = run.job
+        if handed.cancelled():
+            outcomes = [Outcome(OutcomeKind.RELEASED, "worker stopped")] * len(job.tasks)
+        elif (exc := handed.exception()) is not None:  # an executor failure is the task's outcome
+            self.log.error("executor failed on %s", job.job_id, exc_info=exc)
+            outcomes = [Outcome(OutcomeKind.RETRY, f"executor failed: {exc!r}")] * len(job.tasks)
+        else:
+            outcomes = handed.result()
         self.post(_job_done(job.job_id, outcomes))
 
     # -- reporting ---------------------------------------------------------------------------------
@@ -232,7 +253,8 @@ class Jobs:
 
     # -- teardown ----------------------------------------------------------------------------------
     async def shutdown(self, *, wait: float) -> None:
-        """Cancel every job (drain), wait up to ``wait`` seconds for their tasks, close the executor."""
+        """Cancel every job (drain), wait up to ``wait`` seconds for their tasks (or hand-off
+        futures), cancel what is left, close the executor."""
         tasks = [run.task for run in self.running.values() if run.task is not None]
         for job_id in list(self.running):
             self.executor.cancel(job_id, CancelReason.DRAIN)

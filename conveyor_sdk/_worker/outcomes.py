@@ -319,6 +319,10 @@ def log_finished(
     their fate (:func:`log_failure`); successes and releases get one INFO line each
     unless ``task_log`` is off (very high task rates).
     """
+    if outcome.kind is OutcomeKind.SUCCESS and not outcome.cancelled:  # the usual case: wire_outcome's answer
+        if task_log and log.isEnabledFor(logging.INFO):
+            _log_succeeded(log, task, job_id, duration)
+        return False
     kind, error_msg, _ = wire_outcome(outcome, reason)
     if kind is OutcomeKind.RETRY or kind is OutcomeKind.SKIP_RETRY:
         if outcome.cancelled:
@@ -326,13 +330,39 @@ def log_finished(
         log_failure(log, task, job_id, outcome, duration)
         return True
     if task_log and log.isEnabledFor(logging.INFO):
+        if kind is OutcomeKind.SUCCESS:
+            _log_succeeded(log, task, job_id, duration)
+            return False
         task_id = task.id if task is not None else job_id
         what = f"{task_id} ({task.type})" if task is not None else task_id
         took = "" if duration is None else f" in {duration:.3f}s"
-        tries = f", retried {task.retried}/{task.max_retry}" if task is not None else ""
-        if kind is OutcomeKind.SUCCESS:
-            log.info("task %s succeeded%s%s", what, took, tries, extra={"task_id": task_id})
-        else:
-            log.info("task %s released (%s)%s: back to the queue", what, error_msg, took,
-                     extra={"task_id": task_id})  # fmt: skip
+        log.info("task %s released (%s)%s: back to the queue", what, error_msg, took,
+                 extra={"task_id": task_id})  # fmt: skip
     return False
+
+
+# The success line, by (a task known, a duration known). One per task at full rate: the record
+# is made directly (no caller lookup, as for log_failure's) and its text is formatted only by a
+# handler that writes it.
+_SUCCEEDED = {
+    (True, True): "task %s (%s) succeeded in %.3fs, retried %s/%s",
+    (True, False): "task %s (%s) succeeded, retried %s/%s",
+    (False, True): "task %s succeeded in %.3fs",
+    (False, False): "task %s succeeded",
+}
+
+
+def _log_succeeded(log: logging.Logger, task: TaskData | None, job_id: str, duration: float | None) -> None:
+    """``task ID (TYPE) succeeded in 0.001s, retried 0/25`` at INFO (the caller checked the level)."""
+    args: tuple[object, ...]
+    if task is not None:
+        task_id = task.id
+        args = (task_id, task.type) if duration is None else (task_id, task.type, duration)
+        args += (task.retried, task.max_retry)
+    else:
+        task_id = job_id
+        args = (job_id,) if duration is None else (job_id, duration)
+    msg = _SUCCEEDED[task is not None, duration is not None]
+    record = log.makeRecord(log.name, logging.INFO, __file__, 0, msg, args, None, "log_finished")
+    record.task_id = task_id
+    log.handle(record)

@@ -6,8 +6,11 @@ import asyncio
 import threading
 from collections.abc import Callable
 
+import pytest
+
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk._worker.clock import ManualClock
 from conveyor_sdk.testing import ScriptedPeer
 from conveyor_sdk.worker import (
     CancelReason,
@@ -21,6 +24,7 @@ from conveyor_sdk.worker import (
     TaskData,
     Worker,
 )
+from tests._util import until
 from tests.sdk_worker._helpers import callbacks_queued_so_far
 
 
@@ -118,6 +122,64 @@ def test_worker_uses_a_pluggable_executor_and_its_wakeup() -> None:
             worker.stop()
             await asyncio.wait_for(run, 10)
         assert ex.ran == ["X"] and ex.closed
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("from_thread", [False, True], ids=["loop-thread", "other-thread"])
+def test_a_wakeup_starts_the_parked_job_from_the_loop_thread_or_another(from_thread: bool) -> None:
+    """The wakeup alone starts a parked job (in virtual time: no timer does), whether the executor
+    calls it on the loop's thread (posted directly) or from another thread (through the loop).
+    Three wakeups in a row: the job runs once."""
+    ex = RecordingExecutor()
+
+    async def main() -> None:
+        async with ScriptedPeer() as peer:
+            # Virtual time: no timer of the worker fires, so only the wakeup can start the job.
+            clock = ManualClock()
+            worker = Worker(peer.url, executor=ex, close_timeout=0.5, clock=clock)
+            run = asyncio.create_task(worker.run(Registry()))
+            sess = await peer.accept()
+            await sess.recv()
+            welcome = pb.ServerMessage()
+            welcome.welcome.heartbeat_interval.FromMilliseconds(30_000)
+            welcome.welcome.lease_ttl.FromMilliseconds(90_000)
+            await sess.send(welcome)
+            msg = pb.ServerMessage()
+            msg.dispatch.task.CopyFrom(tpb.TaskEnvelope(id="W", queue="default", type="anything"))
+            await sess.send(msg)
+            await until(lambda: worker.statistics()["parked"] == 1, what="the job parked")
+            ex.allowed = True
+
+            answered = threading.Event()
+
+            def wake_thrice() -> None:
+                for _ in range(3):
+                    ex.wakeup()
+                answered.wait(20)  # the thread's end must not be what wakes the loop
+
+            if from_thread:
+                thread = threading.Thread(target=wake_thrice)
+                thread.start()
+            else:
+                answered.set()
+                wake_thrice()
+            while True:
+                got = await sess.recv(10)
+                assert got is not None
+                if got.WhichOneof("frame") == "result":
+                    break
+            answered.set()
+            if from_thread:
+                thread.join(10)
+            assert (got.result.task_id, got.result.result) == ("W", b"custom")
+            worker.stop(immediate=True)
+            async with asyncio.timeout(20):  # virtual time moves on: the close timeout is a timer
+                while not run.done():
+                    clock.advance(1.0)
+                    await asyncio.wait({run}, timeout=0.05)
+            await run
+        assert ex.ran == ["W"]
 
     asyncio.run(main())
 

@@ -14,7 +14,9 @@ from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk._h2kernel import eager, probe
 from conveyor_sdk._protocol.framing import encode_frame
+from conveyor_sdk._worker.events import JobDone
 from conveyor_sdk._worker.executor import CancelReason, Executor, Job, JobControl, Outcome, OutcomeKind
+from conveyor_sdk._worker.jobs import Jobs, Run
 from conveyor_sdk._worker.outcomes import cancelled_outcome
 from conveyor_sdk.testing import PeerSession, ScriptedPeer
 from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
@@ -327,3 +329,65 @@ def test_a_redelivered_task_runs_with_its_new_fields_not_those_of_its_parked_del
         assert gate.seen == [("A", 1, b"second")]
 
     _run(script, Registry(), gate)
+
+
+def test_a_hand_off_job_completes_through_its_future_not_a_task_of_its_own() -> None:
+    """The executor's future is the job: no ``conveyor-job-*`` task is made for it, its result
+    is reported, and a failed future is the task's RETRY ("executor failed: ...")."""
+    executor = HandOffExecutor()
+
+    async def script(peer: ScriptedPeer, worker: Worker) -> None:
+        sess = await _opened(peer)
+        await sess.send(_dispatch("F"))
+        await asyncio.wait_for(executor.called.wait(), 10)
+        assert [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("conveyor-job-")] == []
+        executor.futures["F"].set_exception(RuntimeError("boom"))
+        res = await _result(sess)
+        assert (res.task_id, res.outcome) == ("F", pb.TASK_OUTCOME_RETRY)
+        assert res.error_msg == "executor failed: RuntimeError('boom')"
+        executor.called.clear()
+        await sess.send(_dispatch("G"))
+        await asyncio.wait_for(executor.called.wait(), 10)
+        executor.finish("G")
+        res = await _result(sess)
+        assert (res.task_id, res.outcome, res.result) == ("G", pb.TASK_OUTCOME_SUCCESS, b"handed")
+
+    _run(script, Registry(), executor)
+
+
+def test_shutdown_releases_a_hand_off_job_whose_future_outlives_the_wait() -> None:
+    """``Jobs.shutdown``: a hand-off future still pending after the wait is cancelled, and the job
+    is reported RELEASED "worker stopped" (as when it was a task awaiting that future)."""
+
+    class Stubborn(HandOffExecutor):
+        def cancel(self, job_id: str, reason: CancelReason) -> None:
+            self.cancels.append((job_id, reason))  # ignores it: the future stays pending
+
+    class Host:
+        concurrency = 1
+        task_log = True
+        logger = logging.getLogger("test.jobs")
+
+        def encryption_for(self, registry: Registry) -> None:
+            return None
+
+    async def main() -> None:
+        executor = Stubborn()
+        posted: list[object] = []
+        jobs = Jobs(
+            executor, Registry(), Host(), machine=None,  # type: ignore[arg-type]  # not asked here
+            control=JobControl(report_progress=lambda *a: None), post=posted.append,
+        )  # fmt: skip
+        task = TaskData(
+            id="S", queue="q", type="t", payload=b"", content_type="", metadata={}, retried=0, max_retry=1
+        )
+        job = Job(job_id="S", queue="q", type="t", tasks=(task,), batch=False, deadline=None)
+        run = Run(None, job, None)  # type: ignore[arg-type]  # the delivery is not read on this path
+        jobs.running["S"] = run
+        jobs._launch(run, eager=False)
+        assert run.task is executor.futures["S"]
+        await asyncio.wait_for(jobs.shutdown(wait=0.05), 10)
+        assert executor.cancels == [("S", CancelReason.DRAIN)]
+        assert posted == [JobDone("S", [Outcome(OutcomeKind.RELEASED, "worker stopped")])]
+
+    asyncio.run(main())
