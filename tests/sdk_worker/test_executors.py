@@ -10,7 +10,7 @@ import pytest
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
-from conveyor_sdk._worker.clock import ManualClock
+from conveyor_sdk._transport.clock import ManualClock
 from conveyor_sdk.testing import ScriptedPeer
 from conveyor_sdk.worker import (
     CancelReason,
@@ -176,7 +176,7 @@ def test_a_wakeup_starts_the_parked_job_from_the_loop_thread_or_another(from_thr
             worker.stop(immediate=True)
             async with asyncio.timeout(20):  # virtual time moves on: the close timeout is a timer
                 while not run.done():
-                    clock.advance(1.0)
+                    await clock.advance(1.0)
                     await asyncio.wait({run}, timeout=0.05)
             await run
         assert ex.ran == ["W"]
