@@ -22,6 +22,22 @@ WATCH = "/conveyor.v1.AdminService/WatchEvents"
 SESSION = "/conveyor.v1.WorkerService/Session"
 
 
+class RecordingTransport:
+    """An asyncio transport for a server connection without a socket: records writes; the rest is a no-op."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: None
+
+
 class FakeServices:
     """Echo Enqueue/GetTask, a counting WatchEvents, and a scripted Session.
 

@@ -15,22 +15,7 @@ from conveyor_sdk._h2kernel.streams import retired_streams
 from conveyor_server_min._http.h2conn import STREAM_WINDOW, H2Connection
 from conveyor_server_min._http.limits import HttpLimits
 from conveyor_server_min._http.reply import plain_response
-
-
-class _Transport:
-    """Records writes; everything else is a no-op."""
-
-    def __init__(self) -> None:
-        self.written = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args: None
+from tests.server_http.fakes import RecordingTransport
 
 
 class _Reader:
@@ -67,7 +52,10 @@ def test_a_window_update_due_after_the_last_read_is_written() -> None:
     async def main() -> None:
         client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         client.initiate_connection()
-        transport, router = _Transport(), _Reader(body := STREAM_WINDOW * 3 // 4)  # h2 reopens beyond half
+        transport, router = (
+            RecordingTransport(),
+            _Reader(body := STREAM_WINDOW * 3 // 4),
+        )  # h2 reopens beyond half
         conn = H2Connection(transport, router, "peer")  # type: ignore[arg-type]
         conn.start(client.data_to_send())
         client.receive_data(bytes(transport.written))  # our SETTINGS: the 1 MiB stream window
@@ -114,7 +102,7 @@ def test_answered_streams_are_retired_after_each_read() -> None:
     async def main() -> None:
         client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         client.initiate_connection()
-        transport = _Transport()
+        transport = RecordingTransport()
         conn = H2Connection(transport, _Answering(), "peer")  # type: ignore[arg-type]
         conn.start(client.data_to_send())
         client.receive_data(bytes(transport.written))
@@ -137,7 +125,7 @@ def test_streams_beyond_the_limit_are_still_refused() -> None:
     async def main() -> None:
         client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         client.initiate_connection()
-        transport, router = _Transport(), _Reader(0)
+        transport, router = RecordingTransport(), _Reader(0)
         limits = HttpLimits(max_streams=4)
         conn = H2Connection(transport, router, "peer", limits=limits)  # type: ignore[arg-type]
         conn.start(client.data_to_send())

@@ -15,26 +15,13 @@ import pytest
 from conveyor_sdk._h2kernel.streams import retired_streams
 from conveyor_server_min._http.h2conn import H2Connection
 from conveyor_server_min._http.reply import plain_response
+from tests.server_http.fakes import RecordingTransport
 
 pytestmark = pytest.mark.h2_fast
 
 CT = "application/proto"
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/p"), (":authority", "a"),
            ("content-type", CT)]  # fmt: skip
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.written = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args: None
 
 
 class _Router:
@@ -63,10 +50,10 @@ class _Router:
             plain_response(io, 200, "ok")
 
 
-def _connect(router: _Router) -> tuple[h2.connection.H2Connection, H2Connection, _Transport]:
+def _connect(router: _Router) -> tuple[h2.connection.H2Connection, H2Connection, RecordingTransport]:
     client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     client.initiate_connection()
-    transport = _Transport()
+    transport = RecordingTransport()
     conn = H2Connection(transport, router, "peer")  # type: ignore[arg-type]
     conn.start(client.data_to_send())
     client.receive_data(bytes(transport.written))
@@ -84,7 +71,7 @@ def _call(client: h2.connection.H2Connection, conn: H2Connection, body: bytes = 
     return sid
 
 
-def _answers(client: h2.connection.H2Connection, transport: _Transport) -> list[tuple[str, Any]]:
+def _answers(client: h2.connection.H2Connection, transport: RecordingTransport) -> list[tuple[str, Any]]:
     events = client.receive_data(bytes(transport.written))
     transport.written.clear()
     out: list[tuple[str, Any]] = []
