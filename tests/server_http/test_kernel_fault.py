@@ -16,7 +16,8 @@ import pytest
 from conveyor_sdk._h2kernel import probe, server
 from conveyor_server_min._http.h2conn import H2Connection
 from tests._h2paths import FAST_ONLY
-from tests.server_http.test_h2conn import _Answering, _request, _Transport
+from tests.server_http.fakes import RecordingTransport
+from tests.server_http.test_h2conn import _Answering, _request
 
 pytestmark = FAST_ONLY
 
@@ -33,7 +34,7 @@ def test_a_fast_read_failure_is_our_internal_error_and_a_goaway(
     async def main() -> list[Any]:
         client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         client.initiate_connection()
-        transport = _Transport()
+        transport = RecordingTransport()
         conn = H2Connection(transport, _Answering(), "peer")  # type: ignore[arg-type]
         conn.start(client.data_to_send())
         client.receive_data(bytes(transport.written))
