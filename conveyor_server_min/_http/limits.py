@@ -116,17 +116,22 @@ class Deadline:
     ``callback`` runs once the deadline has really passed.
     """
 
-    __slots__ = ("_at", "_callback", "_handle", "_timer_at")
+    __slots__ = ("_at", "_callback", "_handle", "_loop", "_timer_at")
 
-    def __init__(self, callback: Callable[[], None]) -> None:
+    def __init__(self, callback: Callable[[], None], loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._callback = callback
         self._at = 0.0
         self._timer_at = 0.0
         self._handle: asyncio.TimerHandle | None = None
+        self._loop = loop  # None: the running loop at the first set()
 
     def set(self, seconds: float) -> None:
         """Expire ``seconds`` from now (replacing any earlier setting)."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            # Looked up once: a connection sets its idle deadline after every request, and before
+            # Python 3.12 asyncio.get_running_loop() makes a getpid() system call each time.
+            loop = self._loop = asyncio.get_running_loop()
         self._at = loop.time() + seconds
         if self._handle is not None:
             if self._timer_at <= self._at:
@@ -148,7 +153,8 @@ class Deadline:
 
     def _fire(self) -> None:
         self._handle = None
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        assert loop is not None  # set() armed the timer
         if loop.time() < self._at:
             self._timer_at = self._at
             self._handle = loop.call_at(self._at, self._fire)
