@@ -402,5 +402,7 @@ class Engine:
 
     def next_timer(self) -> int | None:
         """Earliest instant at which time alone makes new work dispatchable."""
-        candidates = [t for t in (self.broker.next_timer(), self.dispatcher.rate_wake) if t is not None]
-        return min(candidates) if candidates else None
+        timer, wake = self.broker.next_timer(), self.dispatcher.rate_wake
+        if timer is None or wake is None:
+            return wake if timer is None else timer
+        return min(timer, wake)

@@ -95,8 +95,7 @@ class H2Connection:
         self._write_paused = False
         self._closed = False
         self._draining = False
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._idle: asyncio.Event | None = None  # made by wait_idle, set when no stream is left
 
     def __repr__(self) -> str:
         return f"H2Connection(peer={self.peer!r}, streams={len(self.streams)}, closed={self._closed})"
@@ -184,7 +183,7 @@ class H2Connection:
                 # A complete unary request: its first step now, a task only if it has to wait.
                 task = start_inline(self._run(st), f"h2-stream-{st.id}")
                 if task is None:
-                    self._stream_done(st)
+                    self._stream_done(st, write=False)  # data_received writes at its end
                     continue
             else:
                 task = loop.create_task(self._run(st), name=f"h2-stream-{st.id}")
@@ -205,7 +204,6 @@ class H2Connection:
         st.ended_in = True
         st.taken = (raw, body)
         self.streams[sid] = st
-        self._idle.clear()
         if self.router.runs_inline(st) and self.held_bytes + len(body) <= BODY_BUDGET:
             # The unary handler takes the body whole: read and counted here, as read_chunk would.
             st.held = len(body)
@@ -216,7 +214,7 @@ class H2Connection:
             st.chunks.append((body, len(body)))  # read by the handler (or refused by read_chunk)
             task = asyncio.get_running_loop().create_task(self._run(st), name=f"h2-stream-{sid}")
         if task is None:
-            self._stream_done(st)
+            self._stream_done(st, write=False)  # data_received writes at its end
         else:
             st.task = task
             self.tasks.add(task)
@@ -258,7 +256,6 @@ class H2Connection:
         headers = header_dict(event.headers or (), self._fields)
         st = H2Stream(self, sid, headers)
         self.streams[sid] = st
-        self._idle.clear()
         self._starting.append(st)
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
@@ -304,7 +301,7 @@ class H2Connection:
         except Exception:
             log.exception("unhandled error serving %s", st.path)
 
-    def _stream_done(self, st: H2Stream) -> None:
+    def _stream_done(self, st: H2Stream, *, write: bool = True) -> None:
         task = st.task
         if task is not None:
             self.tasks.discard(task)
@@ -315,7 +312,8 @@ class H2Connection:
             self._forget(st)
         elif st.end_pending and st.id in self._ready and not self._write_paused and not self._closed:
             self._flush_stream(st)  # the whole response is there: send it with its headers
-        self._write_out()
+        if write:
+            self._write_out()
 
     def _forget(self, st: H2Stream) -> None:
         self.streams.pop(st.id, None)
@@ -325,7 +323,7 @@ class H2Connection:
                 self.ack(st.id, flow)
         st.chunks.clear()
         if not self.streams:
-            self._idle.set()
+            self._wake_idle()
             self._idle_timer.set(self.limits.idle_timeout)
             if self._draining:
                 self.close()
@@ -492,7 +490,15 @@ class H2Connection:
 
     async def wait_idle(self) -> None:
         """Until no stream is open."""
-        await self._idle.wait()
+        if self.streams:
+            if self._idle is None:
+                self._idle = asyncio.Event()
+            await self._idle.wait()
+
+    def _wake_idle(self) -> None:
+        idle, self._idle = self._idle, None
+        if idle is not None:
+            idle.set()
 
     async def wait_handlers(self) -> None:
         """Until no stream handler task is running."""
@@ -551,4 +557,4 @@ class H2Connection:
             self._kill(st)
         self.streams.clear()
         self._ready.clear()
-        self._idle.set()
+        self._wake_idle()
