@@ -5,7 +5,8 @@ A RunJob is on the latency path of every task (Dispatch -> handler start), so it
 for the next event-loop iteration; a burst (many JobDones, a RunJob per freed slot) still costs at
 most two writes per iteration instead of one per frame. A frame sent with ``soon=True`` (a RunJob
 for a child that is already running jobs: it reads its pipe between them anyway) waits for the
-turn's end too, so a busy pipe costs one write per iteration.
+turn's end too, so a busy pipe costs one write per iteration. A child sends its JobDones that
+way: the ones of a turn wake the supervisor once, not once for the first and again for the rest.
 """
 
 from __future__ import annotations
