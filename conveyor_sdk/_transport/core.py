@@ -187,13 +187,17 @@ class SessionCore:
             return Unavailable("the session stream has ended")
         return None
 
-    def queue_message(self, payload: bytes, *, framed: bool = False) -> int:
-        """Frame ``payload`` (unless already framed), queue and flush it; return its end offset."""
-        if not framed and len(payload) > self.max_message:
+    def frame_message(self, payload: bytes) -> bytes:
+        """``payload`` with its gRPC length prefix; raises ResourceExhausted past ``max_message``."""
+        if len(payload) > self.max_message:
             raise ResourceExhausted(
                 f"message of {len(payload)} bytes exceeds the limit of {self.max_message} bytes"
             )
-        data = payload if framed else encode_frame(payload)
+        return encode_frame(payload)
+
+    def queue_message(self, payload: bytes, *, framed: bool = False) -> int:
+        """Frame ``payload`` (unless already framed), queue and flush it; return its end offset."""
+        data = payload if framed else self.frame_message(payload)
         self._out += data
         self.queued += len(data)
         self.flush()

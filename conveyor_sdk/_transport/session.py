@@ -6,6 +6,10 @@ The socket is driven by an :class:`asyncio.Protocol` (no background tasks):
 place that writes to the socket, once per event-loop iteration: all frames produced in one tick
 (e.g. a burst of Results answering a burst of Dispatches) leave in one ``send`` system call. A
 change that left nothing to write (a read whose acknowledgement is batched) schedules nothing.
+The messages of :meth:`SessionStream.send_nowait` wait for that same callback and go into h2
+together, as one DATA frame (gRPC lets a frame carry several messages): h2's framing of a
+DATA frame costs more than the Result in it. Anything that must follow them in the stream
+(an awaited ``send``, the half-close, the cancel) queues them first.
 Waiting callers (``recv``/``send``) are woken through per-waiter futures.
 
 Keepalive (:mod:`.keepalive`): one loop timer per connection PINGs the server and watches
@@ -108,6 +112,7 @@ class SessionStream:
         self._timer: Timer | None = None
         self._timer_at = 0.0
         self._written = 0  # bytes handed to the socket transport so far
+        self._batch: list[bytes] = []  # framed send_nowait messages, into h2 together by _write_now
 
     def __repr__(self) -> str:
         counts = f"sent={self.messages_sent} received={self.messages_received}"
@@ -174,14 +179,24 @@ class SessionStream:
         blocker = core.send_blocker()
         if blocker is not None:
             raise blocker
-        core.queue_message(msg.SerializeToString())
-        self._write_out()
+        self._batch.append(core.frame_message(msg.SerializeToString()))
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_now)
         self.messages_sent += 1
 
     @property
     def write_blocked(self) -> bool:
         """Whether queued bytes wait (for the peer's flow-control window or a full socket)."""
+        self._queue_batch()  # a message of this turn that does not fit the window waits too
         return self._core.unflushed or self._write_paused
+
+    def _queue_batch(self) -> None:
+        """Queue this turn's ``send_nowait`` messages in the core, in order, as one DATA frame."""
+        if self._batch:
+            data = b"".join(self._batch)
+            self._batch.clear()
+            self._core.queue_message(data, framed=True)
 
     async def send_raw(self, data: bytes, *, framed: bool = False) -> None:
         """Send raw message bytes (``framed=True``: already length-prefixed, sent verbatim)."""
@@ -233,6 +248,7 @@ class SessionStream:
         core = self._core
         if core.send_closed:
             return
+        self._queue_batch()
         core.close_send()
         self._write_out()
         while not (core.send_closed or core.connection_closed or core.remote_ended):
@@ -245,6 +261,7 @@ class SessionStream:
         core = self._core
         if core.send_closed or core.connection_closed:
             return
+        self._queue_batch()
         core.close_send()
         self._write_out()
 
@@ -264,6 +281,7 @@ class SessionStream:
             return
         self._closed = True
         self._stop_timer()
+        self._queue_batch()  # they leave before the RST_STREAM, as if queued at once
         self._core.cancel()
         self._write_now()  # RST_STREAM + GOAWAY go out before the close
         self._notify()
@@ -289,6 +307,7 @@ class SessionStream:
         blocker = core.send_blocker()
         if blocker is not None:
             raise blocker
+        self._queue_batch()  # after the send_nowait messages before it
         end = core.queue_message(data, framed=framed)
         self._write_out()
         self.messages_sent += 1
@@ -364,6 +383,7 @@ class SessionStream:
 
     def _write_now(self) -> None:
         self._write_scheduled = False
+        self._queue_batch()
         data = self._core.data_to_send()
         transport = self._transport
         if data and transport is not None and not transport.is_closing():
