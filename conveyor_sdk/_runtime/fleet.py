@@ -72,19 +72,23 @@ class Pool:
         return [c for c in self.children if c.state is ChildState.READY]
 
     def free(self) -> int:
-        return sum(c.free for c in self.children)
+        total = 0  # a plain loop: asked for every delivery (can_start), a generator costs more
+        for child in self.children:
+            total += child.free
+        return total
 
     def pick(self) -> ChildProc | None:
         """The least-loaded ready child (most free slots); ties go round-robin."""
         children = self.children
         n = len(children)
         best: ChildProc | None = None
-        best_at = 0
+        best_at = best_free = 0
         for step in range(n):
             at = (self._turn + step) % n
             child = children[at]
-            if child.free and (best is None or child.free > best.free):
-                best, best_at = child, at
+            free = child.free  # a property: read once per child
+            if free > best_free:
+                best, best_at, best_free = child, at, free
         if best is not None:
             self._turn = best_at + 1
         return best
