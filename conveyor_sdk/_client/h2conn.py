@@ -59,10 +59,12 @@ CONNECTION_WINDOW = 1 << 24
 class H2Stream:
     """The state of one call: response headers, unread DATA, trailers, outcome."""
 
-    __slots__ = ("chunks", "ended", "error", "headers", "id", "trailers", "wake")
+    __slots__ = ("chunks", "deadline", "ended", "error", "headers", "id", "timed_out", "trailers", "wake")
 
     def __init__(self, stream_id: int) -> None:
         self.id = stream_id
+        self.deadline: float | None = None  # loop time; see H2Conn.watch
+        self.timed_out = False  # the deadline passed before the stream was done
         self.headers: list[tuple[str, str]] | None = None
         self.chunks: deque[tuple[bytes, int]] = deque()  # (payload, flow-controlled length)
         self.trailers: list[tuple[str, str]] = []
@@ -106,6 +108,8 @@ class H2Conn(asyncio.Protocol):
         self._keepalive_options = keepalive
         self.keepalive: Keepalive | None = None  # made once connected
         self._ka_timer: asyncio.TimerHandle | None = None  # armed while calls are open
+        self._deadline_timer: asyncio.TimerHandle | None = None  # see watch
+        self._deadline_at = 0.0  # when _deadline_timer fires
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "draining" if self.draining else "open"
@@ -152,6 +156,9 @@ class H2Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = self.draining = True
         self._disarm()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
         self._fail_streams(_status.connection_error(exc), lambda sid: True)
         if not self.lost.done():
             self.lost.set_result(None)
@@ -221,6 +228,40 @@ class H2Conn(asyncio.Protocol):
                 self.flush()
             if sent == before or self._paused:
                 await self.changed.wait()
+
+    def watch(self, stream: H2Stream, deadline: float) -> None:
+        """Set ``stream.timed_out`` and wake its reader once the loop time reaches ``deadline``.
+
+        One timer per connection rather than one per call: it is armed for the earliest deadline
+        of the open streams, and when it fires it wakes the streams that are due and re-arms for
+        the rest. Sequential calls with one timeout have rising deadlines, so the timer armed by
+        one call still serves the next ones, and a call arms nothing (``asyncio.timeout`` would
+        schedule and cancel a timer per call)."""
+        stream.deadline = deadline
+        if self._deadline_timer is None or deadline < self._deadline_at:
+            self._arm_deadline(deadline)
+
+    def _arm_deadline(self, when: float) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_at = when
+        self._deadline_timer = asyncio.get_running_loop().call_at(when, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        self._deadline_timer = None
+        now = asyncio.get_running_loop().time()
+        nearest: float | None = None
+        for stream in self.streams.values():
+            deadline = stream.deadline
+            if deadline is None or stream.timed_out:
+                continue
+            if deadline <= now:
+                stream.timed_out = True
+                stream.wake.fire()
+            elif nearest is None or deadline < nearest:
+                nearest = deadline
+        if nearest is not None and not self.closed:
+            self._arm_deadline(nearest)
 
     def consumed(self, stream: H2Stream, size: int) -> None:
         """The caller read ``size`` flow-controlled bytes of ``stream``: return them to the server."""

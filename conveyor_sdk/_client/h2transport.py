@@ -114,26 +114,29 @@ class H2Transport:
     ) -> Exchange:
         """POST ``body`` to ``path`` and read the whole response, within ``seconds`` (None: no limit).
 
-        The deadline is armed once the request is on the socket (the connection's own connect
-        timeout covers a new connection); at the deadline the stream is reset and TimeoutError
-        raised. The response body is returned to the server's flow control as it is read."""
-        loop = asyncio.get_running_loop()
-        deadline = None if seconds is None else loop.time() + seconds
+        The deadline counts from this call; at the deadline the stream is reset and TimeoutError
+        raised. Waiting for the answer, the connection's deadline timer keeps it
+        (:meth:`H2Conn.watch`: no timer of its own per call); waiting for a connection, or for
+        windows to send the rest of a large body, ``asyncio.timeout_at`` does. The response body
+        is returned to the server's flow control as it is read."""
+        deadline = None if seconds is None else asyncio.get_running_loop().time() + seconds
         headers = self._headers_for("POST", self._prefix + path, fields)
         conn = self._conn
         if conn is None or not conn.has_capacity():
             async with asyncio.timeout_at(deadline):
                 conn = await self._ready()
         stream, sent = conn.start(headers, body)
-        async with asyncio.timeout_at(deadline):
-            try:
-                if sent < len(body):
+        try:
+            if sent < len(body):
+                async with asyncio.timeout_at(deadline):
                     await conn.send_rest(stream, body, sent)
-                return await _read_all(conn, stream)
-            except BaseException:
-                if not stream.done:  # deadline, cancellation: the server may stop working on it
-                    conn.cancel(stream)
-                raise
+            if deadline is not None:
+                conn.watch(stream, deadline)
+            return await _read_all(conn, stream)
+        except BaseException:
+            if not stream.done:  # deadline, cancellation: the server may stop working on it
+                conn.cancel(stream)
+            raise
 
     async def aclose(self) -> None:
         """Close every connection (GOAWAY first); calls still open fail. Idempotent."""
@@ -268,6 +271,8 @@ async def _read_all(conn: H2Conn, stream: H2Stream) -> Exchange:
             raise stream.error
         if stream.ended:
             break
+        if stream.timed_out:
+            raise TimeoutError
         await stream.wake.wait()
     if stream.headers is None:
         raise Unavailable("the server ended the stream without a response")

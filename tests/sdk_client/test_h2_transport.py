@@ -294,3 +294,45 @@ def test_finished_streams_leave_h2s_table(memory: Callable[..., MemoryServer]) -
     held, retired = asyncio.run(main())
     assert held == 0
     assert retired == 30
+
+
+def test_each_call_ends_at_its_own_deadline_on_a_shared_connection() -> None:
+    """Calls share one deadline timer: a later call with a nearer deadline ends first, the other after."""
+
+    async def main() -> None:
+        async with UnaryPeer(Knobs(answer=False)) as peer, Client(peer.url, retry=ONCE) as client:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            slow = asyncio.create_task(client.enqueue("far", rpc_timeout=1.5))
+            await until(lambda: len(peer.seen.requests) == 1)
+            with pytest.raises(DeadlineExceeded):
+                await client.enqueue("near", rpc_timeout=0.1)
+            assert loop.time() - began < 1.4
+            assert not slow.done()  # the nearer deadline ended only its own call
+            with pytest.raises(DeadlineExceeded):
+                await slow
+            assert loop.time() - began >= 1.5
+            await until(lambda: peer.seen.resets == [CANCEL, CANCEL])
+
+    asyncio.run(main())
+
+
+def test_answered_calls_reuse_the_connections_deadline_timer() -> None:
+    """Sequential calls with one timeout arm the connection's deadline timer once, not once per call."""
+
+    async def main() -> None:
+        async with UnaryPeer() as peer, Client(peer.url, timeout=30) as client:
+            await client.enqueue("first")
+            assert client._h2 is not None and client._h2._conn is not None
+            conn = client._h2._conn
+            timer = conn._deadline_timer
+            assert timer is not None and not timer.cancelled()
+            for _ in range(5):
+                await client.enqueue("next")
+            assert conn._deadline_timer is timer and not timer.cancelled()
+            async with Client(peer.url, timeout=None) as untimed:  # no deadline: no timer at all
+                await untimed.enqueue("untimed")
+                assert untimed._h2 is not None and untimed._h2._conn is not None
+                assert untimed._h2._conn._deadline_timer is None
+
+    asyncio.run(main())
