@@ -37,6 +37,7 @@ import h2.settings
 from h2.connection import ConnectionState
 from h2.errors import ErrorCodes
 
+from conveyor_sdk._client.deadlines import DeadlineTimer
 from conveyor_sdk._h2kernel import probe
 from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG, client_connection, str_headers
 from conveyor_sdk._h2kernel.client_fast import send_request, take_response_frames
@@ -108,8 +109,7 @@ class H2Conn(asyncio.Protocol):
         self._keepalive_options = keepalive
         self.keepalive: Keepalive | None = None  # made once connected
         self._ka_timer: asyncio.TimerHandle | None = None  # armed while calls are open
-        self._deadline_timer: asyncio.TimerHandle | None = None  # see watch
-        self._deadline_at = 0.0  # when _deadline_timer fires
+        self.deadlines = DeadlineTimer(self.streams)  # see watch
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "draining" if self.draining else "open"
@@ -156,9 +156,7 @@ class H2Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = self.draining = True
         self._disarm()
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-            self._deadline_timer = None
+        self.deadlines.cancel()
         self._fail_streams(_status.connection_error(exc), lambda sid: True)
         if not self.lost.done():
             self.lost.set_result(None)
@@ -230,38 +228,9 @@ class H2Conn(asyncio.Protocol):
                 await self.changed.wait()
 
     def watch(self, stream: H2Stream, deadline: float) -> None:
-        """Set ``stream.timed_out`` and wake its reader once the loop time reaches ``deadline``.
-
-        One timer per connection rather than one per call: it is armed for the earliest deadline
-        of the open streams, and when it fires it wakes the streams that are due and re-arms for
-        the rest. Sequential calls with one timeout have rising deadlines, so the timer armed by
-        one call still serves the next ones, and a call arms nothing (``asyncio.timeout`` would
-        schedule and cancel a timer per call)."""
-        stream.deadline = deadline
-        if self._deadline_timer is None or deadline < self._deadline_at:
-            self._arm_deadline(deadline)
-
-    def _arm_deadline(self, when: float) -> None:
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-        self._deadline_at = when
-        self._deadline_timer = asyncio.get_running_loop().call_at(when, self._on_deadline)
-
-    def _on_deadline(self) -> None:
-        self._deadline_timer = None
-        now = asyncio.get_running_loop().time()
-        nearest: float | None = None
-        for stream in self.streams.values():
-            deadline = stream.deadline
-            if deadline is None or stream.timed_out:
-                continue
-            if deadline <= now:
-                stream.timed_out = True
-                stream.wake.fire()
-            elif nearest is None or deadline < nearest:
-                nearest = deadline
-        if nearest is not None and not self.closed:
-            self._arm_deadline(nearest)
+        """Set ``stream.timed_out`` and wake its reader once the loop time reaches ``deadline``
+        (the connection's one :class:`~conveyor_sdk._client.deadlines.DeadlineTimer`)."""
+        self.deadlines.watch(stream, deadline)
 
     def consumed(self, stream: H2Stream, size: int) -> None:
         """The caller read ``size`` flow-controlled bytes of ``stream``: return them to the server."""

@@ -325,14 +325,14 @@ def test_answered_calls_reuse_the_connections_deadline_timer() -> None:
             await client.enqueue("first")
             assert client._h2 is not None and client._h2._conn is not None
             conn = client._h2._conn
-            timer = conn._deadline_timer
+            timer = conn.deadlines.armed
             assert timer is not None and not timer.cancelled()
             for _ in range(5):
                 await client.enqueue("next")
-            assert conn._deadline_timer is timer and not timer.cancelled()
+            assert conn.deadlines.armed is timer and not timer.cancelled()
             async with Client(peer.url, timeout=None) as untimed:  # no deadline: no timer at all
                 await untimed.enqueue("untimed")
                 assert untimed._h2 is not None and untimed._h2._conn is not None
-                assert untimed._h2._conn._deadline_timer is None
+                assert untimed._h2._conn.deadlines.armed is None
 
     asyncio.run(main())
