@@ -28,7 +28,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import h2.config
 import h2.events
@@ -60,13 +60,18 @@ CONNECTION_WINDOW = 1 << 24
 class H2Stream:
     """The state of one call: response headers, unread DATA, trailers, outcome."""
 
-    __slots__ = ("chunks", "deadline", "ended", "error", "headers", "id", "timed_out", "trailers", "wake")
+    __slots__ = (
+        "chunks", "deadline", "ended", "error", "fields", "headers", "id", "status", "timed_out", "trailers",
+        "wake",
+    )  # fmt: skip
 
     def __init__(self, stream_id: int) -> None:
         self.id = stream_id
         self.deadline: float | None = None  # loop time; see H2Conn.watch
         self.timed_out = False  # the deadline passed before the stream was done
-        self.headers: list[tuple[str, str]] | None = None
+        self.headers: tuple[tuple[str, str], ...] | None = None  # as received, pseudo-headers too
+        self.status = 0  # ``:status`` (0 when missing or not a number)
+        self.fields: tuple[tuple[str, str], ...] = ()  # ``headers`` without the pseudo-headers
         self.chunks: deque[tuple[bytes, int]] = deque()  # (payload, flow-controlled length)
         self.trailers: list[tuple[str, str]] = []
         self.ended = False  # the server finished the stream (END_STREAM)
@@ -110,6 +115,7 @@ class H2Conn(asyncio.Protocol):
         self.keepalive: Keepalive | None = None  # made once connected
         self._ka_timer: asyncio.TimerHandle | None = None  # armed while calls are open
         self.deadlines = DeadlineTimer(self.streams)  # see watch
+        self._heads: dict[tuple[object, ...], _Head] = {}  # response header blocks seen, see _on_response
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "draining" if self.draining else "open"
@@ -145,8 +151,10 @@ class H2Conn(asyncio.Protocol):
             log.debug("unexpected error in the HTTP/2 layer", exc_info=True)
             self._fail(probe.internal_error(exc))
             return
+        handlers = _HANDLERS
         for event in events:
-            self._on_event(event)
+            handle = handlers.get(type(event)) or _handler(type(event))
+            handle(self, event)
         self.flush()
         if len(self.h2.streams) > len(self.streams) and not self.closed:
             retire_closed(self.h2)  # the send path leaves retiring finished streams to the reads
@@ -346,39 +354,55 @@ class H2Conn(asyncio.Protocol):
             return total  # the server already ended or reset it; its outcome says why
         return sent
 
-    def _on_event(self, event: h2.events.Event) -> None:
-        if isinstance(event, h2.events.DataReceived):
-            stream = self.streams.get(event.stream_id or 0)
-            size = event.flow_controlled_length or 0
-            if stream is None:
-                self.h2.acknowledge_received_data(size, event.stream_id or 0)  # a cancelled call's data
-            else:
-                stream.chunks.append((event.data or b"", size))
-                stream.wake.fire()
-        elif isinstance(event, h2.events.ResponseReceived):
-            self._with_stream(event.stream_id, "headers", event.headers)
-        elif isinstance(event, h2.events.TrailersReceived):
-            self._with_stream(event.stream_id, "trailers", event.headers)
-        elif isinstance(event, h2.events.StreamEnded):
-            stream = self.streams.pop(event.stream_id or 0, None)
-            if stream is not None:
-                stream.ended = True
-                stream.wake.fire()
-            self.changed.fire()
-        elif isinstance(event, h2.events.StreamReset):
-            self._on_reset(event)
-        elif isinstance(event, h2.events.ConnectionTerminated):
-            self._on_goaway(event)
-        elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
-            self.changed.fire()
-        elif isinstance(event, h2.events.PingAckReceived):
-            self._on_ping_ack(bytes(event.ping_data or b""))
-
-    def _with_stream(self, stream_id: int | None, field: str, headers: object) -> None:
-        stream = self.streams.get(stream_id or 0)
-        if stream is not None:
-            setattr(stream, field, list(str_headers(headers).items()))
+    def _on_data(self, event: h2.events.DataReceived) -> None:
+        stream = self.streams.get(event.stream_id or 0)
+        size = event.flow_controlled_length or 0
+        if stream is None:
+            self.h2.acknowledge_received_data(size, event.stream_id or 0)  # a cancelled call's data
+        else:
+            stream.chunks.append((event.data or b"", size))
             stream.wake.fire()
+
+    def _on_response(self, event: h2.events.ResponseReceived) -> None:
+        """The response's headers, as str pairs, split into ``:status`` and the rest.
+
+        A unary client gets the same header block call after call: each distinct one is converted
+        once per connection and its (immutable) result shared by the streams that receive it."""
+        stream = self.streams.get(event.stream_id or 0)
+        if stream is None:
+            return
+        raw = event.headers or ()
+        key = tuple(raw)
+        head = self._heads.get(key)
+        if head is None:
+            head = _head(raw)
+            if len(self._heads) >= _HEADS:
+                self._heads.clear()
+            self._heads[key] = head
+        stream.headers, stream.status, stream.fields = head
+        stream.wake.fire()
+
+    def _on_trailers(self, event: h2.events.TrailersReceived) -> None:
+        stream = self.streams.get(event.stream_id or 0)
+        if stream is not None:
+            stream.trailers = list(str_headers(event.headers).items())
+            stream.wake.fire()
+
+    def _on_ended(self, event: h2.events.StreamEnded) -> None:
+        stream = self.streams.pop(event.stream_id or 0, None)
+        if stream is not None:
+            stream.ended = True
+            stream.wake.fire()
+        self.changed.fire()
+
+    def _on_changed(self, event: h2.events.Event) -> None:
+        self.changed.fire()
+
+    def _on_ping(self, event: h2.events.PingAckReceived) -> None:
+        self._on_ping_ack(bytes(event.ping_data or b""))
+
+    def _ignore(self, event: h2.events.Event) -> None:
+        pass
 
     def _on_reset(self, event: h2.events.StreamReset) -> None:
         stream = self.streams.pop(event.stream_id or 0, None)
@@ -413,6 +437,41 @@ class H2Conn(asyncio.Protocol):
         self._fail_streams(error, lambda sid: True)
         self.close()
         self.changed.fire()
+
+
+_HEADS = 16  # distinct response header blocks kept per connection
+_Head = tuple[tuple[tuple[str, str], ...], int, tuple[tuple[str, str], ...]]
+_Handler = Callable[[H2Conn, Any], None]  # each takes its own event class
+# What H2Conn does with each kind of h2 event (looked up by the event's exact class).
+_HANDLERS: dict[type, _Handler] = {
+    h2.events.DataReceived: H2Conn._on_data,
+    h2.events.ResponseReceived: H2Conn._on_response,
+    h2.events.TrailersReceived: H2Conn._on_trailers,
+    h2.events.StreamEnded: H2Conn._on_ended,
+    h2.events.StreamReset: H2Conn._on_reset,
+    h2.events.ConnectionTerminated: H2Conn._on_goaway,
+    h2.events.WindowUpdated: H2Conn._on_changed,
+    h2.events.RemoteSettingsChanged: H2Conn._on_changed,
+    h2.events.PingAckReceived: H2Conn._on_ping,
+}
+
+
+def _handler(kind: type) -> _Handler:
+    """The handler of an event class not in the table: that of a class it derives from, or none."""
+    handle = next((h for base, h in _HANDLERS.items() if issubclass(kind, base)), H2Conn._ignore)
+    _HANDLERS[kind] = handle
+    return handle
+
+
+def _head(raw: object) -> _Head:
+    pairs = tuple(str_headers(raw).items())
+    status, fields = 0, []
+    for name, value in pairs:
+        if name == ":status":
+            status = int(value) if value.isdigit() else 0
+        elif not name.startswith(":"):
+            fields.append((name, value))
+    return pairs, status, tuple(fields)
 
 
 class BufferedH2Conn(BufferedReads, H2Conn):

@@ -276,25 +276,15 @@ async def _read_all(conn: H2Conn, stream: H2Stream) -> Exchange:
         await stream.wake.wait()
     if stream.headers is None:
         raise Unavailable("the server ended the stream without a response")
-    status, headers = _split_status(stream.headers)
-    return Exchange(status, headers, parts[0] if len(parts) == 1 else b"".join(parts), stream.trailers)
-
-
-def _split_status(raw: list[tuple[str, str]]) -> tuple[int, list[tuple[str, str]]]:
-    status, headers = 0, []
-    for name, value in raw:
-        if name == ":status":
-            status = int(value) if value.isdigit() else 0
-        elif not name.startswith(":"):
-            headers.append((name, value))
-    return status, headers
+    body = parts[0] if len(parts) == 1 else b"".join(parts)
+    return Exchange(stream.status, stream.fields, body, stream.trailers)
 
 
 def _response(conn: H2Conn, stream: H2Stream) -> pyqwest.Response:
     if stream.headers is None:  # failed before any response
         conn.cancel(stream)
         raise stream.error or Unavailable("the server ended the stream without a response")
-    status, headers = _split_status(stream.headers)
+    status, headers = stream.status, list(stream.fields)
     trailers = pyqwest.Headers()
     content = _content(conn, stream, trailers)
     if ("content-encoding", "gzip") in headers:  # connectrpc expects the transport to inflate it

@@ -15,7 +15,7 @@ from hpack import NeverIndexedHeaderTuple
 from conveyor_sdk._client.h2transport import H2Transport
 from conveyor_sdk._h2kernel.streams import retired_streams
 from conveyor_sdk.client import Client, RetryConfig
-from conveyor_sdk.errors import DeadlineExceeded, Unavailable
+from conveyor_sdk.errors import DeadlineExceeded, NotFound, Unavailable
 from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_server_min.testing import ServerProcess
 from tests.sdk_client._h2peer import Knobs, UnaryPeer
@@ -334,5 +334,23 @@ def test_answered_calls_reuse_the_connections_deadline_timer() -> None:
                 await untimed.enqueue("untimed")
                 assert untimed._h2 is not None and untimed._h2._conn is not None
                 assert untimed._h2._conn.deadlines.armed is None
+
+    asyncio.run(main())
+
+
+def test_answers_with_different_headers_on_one_connection_are_each_read_as_sent() -> None:
+    """A connection remembers the header blocks it has converted; each answer is still read by its own."""
+
+    async def main() -> None:
+        async with UnaryPeer() as peer, Client(peer.url, retry=ONCE) as client:
+            assert (await client.enqueue("ok")).id == "t-1"
+            body = b'{"code":"not_found","message":"no such queue"}'
+            peer.knobs.reply = (404, [("content-type", "application/json")], body)
+            for _ in range(2):
+                with pytest.raises(NotFound, match="no such queue"):
+                    await client.enqueue("missing")
+            peer.knobs.reply = None
+            assert (await client.enqueue("ok again")).id == "t-4"
+            assert client._h2 is not None and client._h2.connections == 1
 
     asyncio.run(main())
