@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
@@ -38,11 +38,23 @@ _QUEUE_COUNTS = (
 )
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SECONDS = range(-62135596800, 253402300800)  # the Timestamp range protobuf accepts (0001 to 9999)
+
+
 def timestamp(msg: Any, name: str) -> datetime | None:
-    """Aware UTC datetime for a Timestamp field, ``None`` when unset."""
+    """Aware UTC datetime for a Timestamp field, ``None`` when unset.
+
+    protobuf's ``ToDatetime(tzinfo=UTC)`` computed inline: a few Python calls fewer on every
+    answer a producer reads (each TaskInfo carries up to four). Outside the valid range its own
+    conversion runs, for its error."""
     if not msg.HasField(name):
         return None
-    value: datetime = getattr(msg, name).ToDatetime(tzinfo=UTC)
+    stamp = getattr(msg, name)
+    seconds, nanos = stamp.seconds, stamp.nanos
+    if seconds in _SECONDS and 0 <= nanos < 1_000_000_000:
+        return _EPOCH + timedelta(seconds=seconds, microseconds=nanos // 1000)
+    value: datetime = stamp.ToDatetime(tzinfo=UTC)
     return value
 
 
