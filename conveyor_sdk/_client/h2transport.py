@@ -132,11 +132,28 @@ class H2Transport:
                     await conn.send_rest(stream, body, sent)
             if deadline is not None:
                 conn.watch(stream, deadline)
-            return await _read_all(conn, stream)
+            parts: list[bytes] = []
+            chunks = stream.chunks
+            while True:  # the whole answer, read in this coroutine (no frame of its own per call)
+                while chunks:
+                    data, size = chunks.popleft()
+                    conn.consumed(stream, size)
+                    parts.append(data)
+                if stream.error is not None:
+                    raise stream.error
+                if stream.ended:
+                    break
+                if stream.timed_out:
+                    raise TimeoutError
+                await stream.wake.wait()
         except BaseException:
             if not stream.done:  # deadline, cancellation: the server may stop working on it
                 conn.cancel(stream)
             raise
+        if stream.headers is None:
+            raise Unavailable("the server ended the stream without a response")
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        return Exchange(stream.status, stream.fields, body, stream.trailers)
 
     async def aclose(self) -> None:
         """Close every connection (GOAWAY first); calls still open fail. Idempotent."""
@@ -257,27 +274,6 @@ async def _read_body(content: object) -> bytes:
         return bytes(content)
     parts = [bytes(chunk) async for chunk in cast("AsyncIterator[bytes]", content)]
     return b"".join(parts)
-
-
-async def _read_all(conn: H2Conn, stream: H2Stream) -> Exchange:
-    parts: list[bytes] = []
-    chunks = stream.chunks
-    while True:
-        while chunks:
-            data, size = chunks.popleft()
-            conn.consumed(stream, size)
-            parts.append(data)
-        if stream.error is not None:
-            raise stream.error
-        if stream.ended:
-            break
-        if stream.timed_out:
-            raise TimeoutError
-        await stream.wake.wait()
-    if stream.headers is None:
-        raise Unavailable("the server ended the stream without a response")
-    body = parts[0] if len(parts) == 1 else b"".join(parts)
-    return Exchange(stream.status, stream.fields, body, stream.trailers)
 
 
 def _response(conn: H2Conn, stream: H2Stream) -> pyqwest.Response:

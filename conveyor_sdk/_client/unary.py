@@ -22,7 +22,7 @@ and message, for Connect and gRPC, proto and JSON. The admin service and the blo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from google.protobuf import json_format, message_factory  # type: ignore[import-untyped]  # no stubs
@@ -135,8 +135,11 @@ class _Method:
         self.stub = stub
         self.route = route
 
-    async def __call__(self, request: Message, *, headers: Mapping[str, str], timeout_ms: int | None) -> Any:
-        return await self.stub.call(self.route, request, headers, timeout_ms)
+    def __call__(
+        self, request: Message, *, headers: Mapping[str, str], timeout_ms: int | None
+    ) -> Coroutine[Any, Any, Any]:
+        # The stub's own coroutine, not one wrapped around it: one frame fewer per call.
+        return self.stub.call(self.route, request, headers, timeout_ms)
 
 
 class UnaryStub:
