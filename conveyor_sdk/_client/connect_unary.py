@@ -39,10 +39,14 @@ _OWN = frozenset({"content-type", "connect-protocol-version", "accept-encoding",
 class ConnectWire:
     """Connect unary with one codec: the body is the bare message, errors are JSON."""
 
-    __slots__ = ("_media", "_static", "codec")
+    __slots__ = ("_media", "_plain", "_static", "codec")
 
     def __init__(self, codec: MessageCodec) -> None:
         self.codec = codec
+        # The last header tuple a 200 answer carried with our media type and no content-encoding.
+        # Our HTTP/2 transport hands every answer with the same header block the same (immutable)
+        # tuple, so the checks below run once per distinct block, not once per call.
+        self._plain: object = None
         self._media = f"application/{codec.name}"
         self._static = (
             ("content-type", self._media),
@@ -63,10 +67,14 @@ class ConnectWire:
     def read(self, answer: Exchange, output: type[Message]) -> Any:
         if answer.status != 200:
             raise error_from_exchange(answer)
+        if answer.headers is self._plain:
+            return self.codec.decode(answer.body, output)
         media = _media(answer)
         if media != self._media:
             code = Code.UNKNOWN if not media.startswith("application/") else Code.INTERNAL
             raise wire_error(code, f"invalid content-type: '{media}'; expecting '{self._media}'")
+        if type(answer.headers) is tuple and header(answer.headers, "content-encoding") in ("", "identity"):
+            self._plain = answer.headers
         return self.codec.decode(_inflate(answer), output)
 
 
