@@ -17,6 +17,8 @@ class Signal:
 
     def fire(self) -> None:
         """Wake every current waiter."""
+        if not self.waiters:
+            return  # the usual case for most signals: nobody waits, so no new list either
         waiters, self.waiters = self.waiters, []
         for fut in waiters:
             if not fut.done():
