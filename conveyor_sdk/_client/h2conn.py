@@ -40,7 +40,7 @@ from h2.errors import ErrorCodes
 from conveyor_sdk._client.deadlines import DeadlineTimer
 from conveyor_sdk._h2kernel import probe
 from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG, client_connection, str_headers
-from conveyor_sdk._h2kernel.client_fast import send_request, take_response_frames
+from conveyor_sdk._h2kernel.client_fast import acknowledge, send_request, take_response_frames
 from conveyor_sdk._h2kernel.streams import retire_closed
 from conveyor_sdk._transport import _status
 from conveyor_sdk._transport._connect import Target, tune_socket
@@ -245,10 +245,16 @@ class H2Conn(asyncio.Protocol):
         if self.closed or not size:
             return
         try:
-            self.h2.acknowledge_received_data(size, stream.id)
+            queued = acknowledge(self.h2, stream.id, size)  # usually only counts the bytes
         except h2.exceptions.H2Error:
             log.debug("could not acknowledge received data", exc_info=True)
-        self.flush()
+            queued = True
+        except probe.KernelFault as exc:
+            error = probe.internal_error(exc)
+            self._fail(error)
+            raise error from None
+        if queued:
+            self.flush()
 
     def cancel(self, stream: H2Stream) -> None:
         """The caller gave up on ``stream``: RST_STREAM(CANCEL) unless it already ended."""

@@ -208,6 +208,35 @@ def _repeated_answer() -> None:
     _need(len(getattr(fc, "processed_headers", ())) == 2, "response header blocks were not remembered")
 
 
+def _acknowledged() -> None:
+    """client_fast.acknowledge and h2's acknowledge_received_data on twin connections: the same
+    bytes queued and the same window counts, for an open stream, a retired one, and an amount
+    that reopens the connection's window (a WINDOW_UPDATE)."""
+    pairs = [_pair(lambda: h2.connection.H2Connection(config=PLAIN_CLIENT_CONFIG), False) for _ in "fp"]
+    for client, srv, _ in pairs:
+        for sid in (1, 3):
+            client.send_headers(sid, _HEADERS, end_stream=True)
+            srv.receive_data(client.data_to_send())
+            srv.send_headers(sid, [(":status", "200")])
+            srv.send_data(sid, _BODY, end_stream=sid == 1)
+        client.receive_data(srv.data_to_send())
+        retire_closed(client)
+    (fc, _, _), (pc, _, _) = pairs
+    _need(1 not in fc.streams and 3 in fc.streams, "the twin's streams are not as expected")
+    half = fc._inbound_flow_control_window_manager.max_window_size // 2
+    for sid, size in ((1, len(_BODY)), (3, len(_BODY)), (3, half)):
+        queued = client_fast.acknowledge(fc, sid, size)
+        pc.acknowledge_received_data(size, sid)
+        sent = fc.data_to_send()
+        _need(sent == pc.data_to_send(), "acknowledge queued other bytes than h2")
+        _need(queued == bool(sent), "acknowledge misreported a WINDOW_UPDATE")
+        windows = [
+            (c._inbound_flow_control_window_manager.__dict__, c.streams[3]._inbound_window_manager.__dict__)
+            for c in (fc, pc)
+        ]
+        _need(windows[0] == windows[1], "acknowledge counted the windows otherwise than h2")
+
+
 def _unary_answer() -> None:
     """send_unary and h2's send_headers + send_data(end_stream=True): the same events at the client,
     the same stream state and windows at the server."""
@@ -313,6 +342,7 @@ def run() -> None:
         _presence()
         _round_trip()
         _repeated_answer()
+        _acknowledged()
         _unary_answer()
         _taken_request()
         _session_and_goaway()

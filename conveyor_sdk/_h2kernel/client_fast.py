@@ -23,9 +23,9 @@ from h2.utilities import is_informational_response
 from conveyor_sdk._h2kernel import probe
 from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG
 from conveyor_sdk._h2kernel.hpackfast import FastDecoder
-from conveyor_sdk._h2kernel.streams import new_stream
+from conveyor_sdk._h2kernel.streams import new_stream, window_reopens
 
-__all__ = ["DataFrameTaker", "send_request", "take_response_frames"]
+__all__ = ["DataFrameTaker", "acknowledge", "send_request", "take_response_frames"]
 
 _READABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL)
 _CLIENT_OPEN = ConnectionState.CLIENT_OPEN  # a global: an Enum member read through its class is slower
@@ -375,3 +375,46 @@ def _header_frames(out: bytearray, stream_id: int, block: bytes, limit: int, *, 
             kind = _CONTINUATION
         out += len(chunk).to_bytes(3, "big") + bytes((kind, flags)) + sid
         out += chunk
+
+
+def acknowledge(conn: h2.connection.H2Connection, stream_id: int, size: int) -> bool:
+    """``conn.acknowledge_received_data(size, stream_id)`` for response bytes the client has read.
+
+    h2 hands space back only once about half a window is consumed, so for most answers it only
+    counts the bytes: then they are counted here, in the connection's window and, while the stream
+    is open, the stream's, and h2's call (its logging, the stream lookup, and for a stream already
+    retired an exception raised and caught) is skipped. Anything that would queue a WINDOW_UPDATE
+    or raise, and an id this client never opened, is h2's. Returns whether a WINDOW_UPDATE may now
+    wait to be sent (always True on the public path, which cannot look).
+    """
+    if not probe.fast:
+        conn.acknowledge_received_data(size, stream_id)
+        return True
+    try:
+        if _counted(conn, stream_id, size):
+            return False
+    except Exception as exc:
+        raise probe.KernelFault("acknowledge") from exc
+    queued = len(conn._data_to_send)
+    conn.acknowledge_received_data(size, stream_id)  # and h2's own errors, as they are
+    return len(conn._data_to_send) != queued
+
+
+def _counted(conn: h2.connection.H2Connection, stream_id: int, size: int) -> bool:
+    """Count ``size`` acknowledged bytes as h2 would, where that is all h2 would do; else False."""
+    connection = conn._inbound_flow_control_window_manager
+    if size <= 0 or window_reopens(connection, size):
+        return False
+    stream = conn.streams.get(stream_id)
+    if stream is None:
+        if stream_id % 2 == 0 or not 0 < stream_id <= conn.highest_outbound_stream_id:
+            return False  # not one of ours: h2 raises
+        connection._bytes_processed += size  # retired: h2 counts the connection's window only
+        return True
+    own = stream._inbound_window_manager if stream.open else None
+    if own is not None and window_reopens(own, size):
+        return False
+    connection._bytes_processed += size
+    if own is not None:
+        own._bytes_processed += size
+    return True

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import h2.connection
 from h2.stream import H2Stream
+from h2.windows import WindowManager
 
 from conveyor_sdk._h2kernel import probe
 
-__all__ = ["new_stream", "pending_output", "retire_closed", "retired_streams"]
+__all__ = ["new_stream", "pending_output", "retire_closed", "retired_streams", "window_reopens"]
 
 
 def retire_closed(conn: h2.connection.H2Connection) -> None:
@@ -49,3 +50,12 @@ def new_stream(conn: h2.connection.H2Connection, stream_id: int) -> H2Stream:
     stream.max_outbound_frame_size = conn.max_outbound_frame_size
     conn.streams[stream_id] = stream
     return stream
+
+
+def window_reopens(window: WindowManager, size: int) -> bool:
+    """Whether ``window.process_bytes(size)`` would return an increment (h2's ``_maybe_update_window``):
+    a WINDOW_UPDATE is due. Fast path only (it reads the manager's private count)."""
+    processed = window._bytes_processed + size
+    return (
+        window.current_window_size == 0 and processed > min(1024, window.max_window_size // 4)
+    ) or processed >= window.max_window_size // 2

@@ -1,4 +1,4 @@
-"""The client's response fast path (``take_response_frames``) against h2's own parser, and in real calls."""
+"""The client's response fast path (take_response_frames, acknowledge) against h2, and in real calls."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ import h2.settings
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conveyor_sdk._h2kernel.client import Connection
-from conveyor_sdk._h2kernel.client_fast import take_response_frames
+from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG, Connection
+from conveyor_sdk._h2kernel.client_fast import acknowledge, take_response_frames
 from conveyor_sdk._h2kernel.hpackfast import FastDecoder
+from conveyor_sdk._h2kernel.streams import retire_closed
 from conveyor_sdk.testing.memory import MemoryServer
 from tests._h2paths import FAST_ONLY
 
@@ -183,3 +184,60 @@ def test_real_calls_take_the_fast_path(memory: Callable[..., MemoryServer]) -> N
             return int(conn.fast_reads)
 
     assert asyncio.run(main()) >= 8
+
+
+def _ack_client() -> h2.connection.H2Connection:
+    """A client with streams 1 and 5 answered and ended (1 retired), 3 answered but still open."""
+    client = h2.connection.H2Connection(config=PLAIN_CLIENT_CONFIG)
+    srv = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=False))
+    client.initiate_connection()
+    srv.initiate_connection()
+    srv.receive_data(client.data_to_send())
+    client.receive_data(srv.data_to_send())
+    for sid in (1, 3, 5):
+        client.send_headers(sid, REQUEST, end_stream=True)
+        srv.receive_data(client.data_to_send())
+        srv.send_headers(sid, [(":status", "200")])
+        srv.send_data(sid, b"x" * 16000, end_stream=sid != 3)
+        client.receive_data(srv.data_to_send())
+        if sid == 1:
+            retire_closed(client)
+    client.data_to_send()
+    return client
+
+
+def _windows(conn: h2.connection.H2Connection) -> list[dict[str, int]]:
+    managers = [conn._inbound_flow_control_window_manager]
+    managers += [s._inbound_window_manager for _, s in sorted(conn.streams.items())]
+    return [vars(m) for m in managers]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([1, 2, 3, 5, 7, 0]), st.integers(-1, 40_000) | st.sampled_from([0, 8_000_000])
+        ),
+        max_size=12,
+    )
+)
+def test_acknowledge_matches_h2(acks: list[tuple[int, int]]) -> None:
+    """Any run of acknowledgements leaves both connections with the same bytes queued and windows."""
+    fast, plain = _ack_client(), _ack_client()
+    for sid, size in acks:
+        outcome = []
+        for conn in (fast, plain):
+            try:
+                if conn is fast:
+                    queued = acknowledge(conn, sid, size)
+                else:
+                    conn.acknowledge_received_data(size, sid)
+                    queued = None
+                outcome.append(("ok", conn.data_to_send(), queued))
+            except (ValueError, h2.exceptions.H2Error) as exc:
+                outcome.append((type(exc).__name__, conn.data_to_send(), None))
+        (kind, sent, queued), (plain_kind, plain_sent, _) = outcome
+        assert (kind, sent) == (plain_kind, plain_sent)
+        if queued is not None:
+            assert queued or not sent  # False only when nothing was queued
+        assert _windows(fast) == _windows(plain)
