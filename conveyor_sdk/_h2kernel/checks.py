@@ -83,6 +83,11 @@ def _presence() -> None:
     _has(stream.state_machine, "headers_sent stream_closed_by client")
     _has(conn.encoder.header_table, "resized", bool)
     _need(client_fast._OWN_SEND_TRANSITIONS, "h2.stream._transitions: the request-sending rows changed")
+    _need(client_fast._OWN_RECV_TRANSITIONS, "h2.stream._transitions: the response-receiving rows changed")
+    _has(stream.state_machine, "headers_received state")
+    stream.state_machine.client = True
+    flags = stream._build_hdr_validation_flags([h2.events.ResponseReceived(stream_id=1)])
+    _need(flags == client_fast.RESPONSE_FLAGS, "h2 validates response headers with other flags")
     _need(server._OWN_TRANSITIONS, "h2.stream._transitions: the request-receiving rows changed")
     if not eager.PUBLIC_EAGER and sys.version_info < (3, 12):
         _need(
@@ -177,13 +182,16 @@ def _repeated_answer() -> None:
     pc, ps, _ = _pair(lambda: h2.connection.H2Connection(config=PLAIN_CLIENT_CONFIG), False)
     fc.decoder = FastDecoder()
     answer = [(":status", "200"), ("content-type", "application/proto"), ("content-length", "3")]
-    for sid in (1, 3, 5):
+    for sid in (1, 3, 5, 7, 9):
         for client, srv in ((fc, fs), (pc, ps)):
             client.send_headers(sid, _HEADERS, end_stream=True)
             srv.receive_data(client.data_to_send())
-            srv.send_headers(sid, answer)
-            srv.send_data(sid, b"abc")
-            srv.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+            srv.send_headers(sid, answer, end_stream=sid == 9)  # 9: headers only
+            if sid < 7:  # gRPC: trailers end it
+                srv.send_data(sid, b"abc")
+                srv.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+            elif sid == 7:  # Connect: the DATA frame ends it
+                srv.send_data(sid, b"abc", end_stream=True)
         data = fs.data_to_send()
         _need(data == ps.data_to_send(), "the twin servers answered differently")
         fast_events, used = client_fast.take_response_frames(fc, data)
@@ -204,6 +212,10 @@ def _repeated_answer() -> None:
             (fast._expected_content_length, fast._actual_content_length)
             == (public._expected_content_length, public._actual_content_length),
             "a remembered block counted the content length otherwise",
+        )
+        _need(
+            vars(fast._inbound_window_manager) == vars(public._inbound_window_manager),
+            "a remembered answer charged the stream's window otherwise",
         )
     _need(len(getattr(fc, "processed_headers", ())) == 2, "response header blocks were not remembered")
 

@@ -16,9 +16,9 @@ import h2.connection
 import h2.exceptions
 import h2.stream
 from h2.connection import ConnectionState
-from h2.events import TrailersReceived
-from h2.stream import H2StreamStateMachine, StreamInputs, StreamState
-from h2.utilities import is_informational_response
+from h2.events import DataReceived, ResponseReceived, StreamEnded, TrailersReceived
+from h2.stream import H2StreamStateMachine, StreamClosedBy, StreamInputs, StreamState
+from h2.utilities import HeaderValidationFlags, is_informational_response
 
 from conveyor_sdk._h2kernel import probe
 from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG
@@ -40,6 +40,23 @@ _OWN_SEND_TRANSITIONS = (
     == (H2StreamStateMachine.request_sent, _OPEN)
     and _transitions.get((_OPEN, StreamInputs.SEND_DATA)) == (None, _OPEN)
     and _transitions.get((_OPEN, StreamInputs.SEND_END_STREAM)) == (None, _HALF_CLOSED_LOCAL)
+)
+
+# The rows h2's stream machine runs when a request that has been sent whole (HALF_CLOSED_LOCAL) gets its
+# answer: the response headers (response_received), DATA (data_received) and END_STREAM (stream_ended,
+# to CLOSED). _receive_headers and _receive_data apply them themselves when they are as checked here.
+_CLOSED = StreamState.CLOSED
+_OWN_RECV_TRANSITIONS = (
+    _transitions.get((_HALF_CLOSED_LOCAL, StreamInputs.RECV_HEADERS))
+    == (H2StreamStateMachine.response_received, _HALF_CLOSED_LOCAL)
+    and _transitions.get((_HALF_CLOSED_LOCAL, StreamInputs.RECV_DATA))
+    == (H2StreamStateMachine.data_received, _HALF_CLOSED_LOCAL)
+    and _transitions.get((_HALF_CLOSED_LOCAL, StreamInputs.RECV_END_STREAM))
+    == (H2StreamStateMachine.stream_ended, _CLOSED)
+)
+# What h2's _build_hdr_validation_flags makes of a response header block on a client's stream.
+RESPONSE_FLAGS = HeaderValidationFlags(
+    is_client=True, is_trailer=False, is_response_header=True, is_push_promise=False
 )
 
 _DATA = 0x0
@@ -202,7 +219,7 @@ def _take_response_frames(conn: h2.connection.H2Connection, data: bytes) -> tupl
                 if flags & ~_END_STREAM or not (payload or flags):
                     break  # padding, unknown flags, or an empty frame: h2's
                 conn_window.window_consumed(length)
-                frames, got = stream.receive_data(payload, bool(flags), length)
+                frames, got = _receive_data(stream, payload, bool(flags), length)
             elif kind == _HEADERS:
                 if flags & ~(_END_STREAM | _END_HEADERS) or not flags & _END_HEADERS:
                     break  # padding, priority, CONTINUATION: h2's
@@ -240,16 +257,34 @@ def _receive_headers(
     if memo is None or is_informational_response(headers):
         return stream.receive_headers(headers, end_stream, conn.config.header_encoding)
     machine = stream.state_machine
-    events = machine.process_input(StreamInputs.RECV_HEADERS)
-    event: Any = events[0]
-    if end_stream:
-        ended = machine.process_input(StreamInputs.RECV_END_STREAM)
-        event.stream_ended = ended[0]
-        events += ended
-    stream._initialize_content_length(headers)
-    if isinstance(event, TrailersReceived) and not end_stream:
-        raise h2.exceptions.ProtocolError("Trailers must have END_STREAM set")
-    validation = stream._build_hdr_validation_flags(events)
+    event: Any
+    if (
+        _OWN_RECV_TRANSITIONS
+        and machine.state is _HALF_CLOSED_LOCAL
+        and machine.client is True
+        and not machine.headers_received
+    ):  # the answer to a request sent whole: response_received's work, then stream_ended's
+        machine.headers_received = True
+        event = ResponseReceived(stream_id=stream.stream_id)
+        events = [event]
+        if end_stream:
+            machine.state = _CLOSED
+            machine.stream_closed_by = StreamClosedBy.RECV_END_STREAM
+            event.stream_ended = StreamEnded(stream_id=stream.stream_id)
+            events.append(event.stream_ended)
+        validation = RESPONSE_FLAGS
+        stream._initialize_content_length(headers)
+    else:
+        events = machine.process_input(StreamInputs.RECV_HEADERS)
+        event = events[0]
+        if end_stream:
+            ended = machine.process_input(StreamInputs.RECV_END_STREAM)
+            event.stream_ended = ended[0]
+            events += ended
+        stream._initialize_content_length(headers)
+        if isinstance(event, TrailersReceived) and not end_stream:
+            raise h2.exceptions.ProtocolError("Trailers must have END_STREAM set")
+        validation = stream._build_hdr_validation_flags(events)
     key = (id(headers), validation)
     known = memo.get(key)
     if known is None or known[0] is not headers:
@@ -260,6 +295,36 @@ def _receive_headers(
     else:
         processed = known[1]
     event.headers = list(processed)  # the event's own list, as h2 gives each event
+    return [], events
+
+
+def _receive_data(
+    stream: h2.stream.H2Stream, data: bytes, end_stream: bool, length: int
+) -> tuple[list[Any], list[Any]]:
+    """h2's ``H2Stream.receive_data``; on a stream whose request was sent whole and whose response
+    headers have arrived, its transitions applied here (:data:`_OWN_RECV_TRANSITIONS`) when the
+    chunk fits the stream's window and its content-length. Everything h2 would refuse is h2's."""
+    machine = stream.state_machine
+    if not (_OWN_RECV_TRANSITIONS and machine.state is _HALF_CLOSED_LOCAL and machine.headers_received):
+        return stream.receive_data(data, end_stream, length)
+    window = stream._inbound_window_manager
+    expected = stream._expected_content_length
+    actual = stream._actual_content_length + len(data)
+    if length > window.current_window_size or (
+        expected is not None and (expected < actual or (end_stream and expected != actual))
+    ):
+        return stream.receive_data(data, end_stream, length)  # h2 raises its error
+    window.current_window_size -= length  # window_consumed, its below-zero check done above
+    stream._actual_content_length = actual
+    event = DataReceived(stream_id=stream.stream_id)
+    events: list[Any] = [event]
+    if end_stream:
+        machine.state = _CLOSED
+        machine.stream_closed_by = StreamClosedBy.RECV_END_STREAM
+        event.stream_ended = StreamEnded(stream_id=stream.stream_id)
+        events.append(event.stream_ended)
+    event.data = data
+    event.flow_controlled_length = length
     return [], events
 
 

@@ -107,7 +107,14 @@ def _feed(conn: h2.connection.H2Connection, data: bytes, fast: bool) -> list[tup
 
 def _state(conn: h2.connection.H2Connection) -> tuple[Any, ...]:
     streams = tuple(
-        (sid, s.state_machine.state, s.inbound_flow_control_window) for sid, s in sorted(conn.streams.items())
+        (
+            sid,
+            tuple(sorted(vars(s.state_machine).items())),
+            tuple(sorted(vars(s._inbound_window_manager).items())),
+            s._expected_content_length,
+            s._actual_content_length,
+        )
+        for sid, s in sorted(conn.streams.items())
     )
     return (conn.state_machine.state, conn.inbound_flow_control_window, streams)
 
