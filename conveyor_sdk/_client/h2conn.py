@@ -65,7 +65,7 @@ class H2Stream:
         "wake",
     )  # fmt: skip
 
-    def __init__(self, stream_id: int) -> None:
+    def __init__(self, stream_id: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.id = stream_id
         self.deadline: float | None = None  # loop time; see H2Conn.watch
         self.timed_out = False  # the deadline passed before the stream was done
@@ -76,7 +76,7 @@ class H2Stream:
         self.trailers: list[tuple[str, str]] = []
         self.ended = False  # the server finished the stream (END_STREAM)
         self.error: ConveyorError | None = None
-        self.wake = Signal()
+        self.wake = Signal(loop)
 
     @property
     def done(self) -> bool:
@@ -105,8 +105,9 @@ class H2Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False  # the socket is gone (or going): no more I/O
         self.draining = False  # GOAWAY received or sent: no new streams
-        self.changed = Signal()  # windows, settings, a stream closed, writable again
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.loop = asyncio.get_running_loop()  # the loop it runs on: looked up once, not per call
+        self.changed = Signal(self.loop)  # windows, settings, a stream closed, writable again
+        self.lost: asyncio.Future[None] = self.loop.create_future()
         self._paused = False
         self._seen_input = False
         self.fast_reads = 0  # reads whose frames (some or all) skipped h2's parser (statistics, tests)
@@ -129,7 +130,7 @@ class H2Conn(asyncio.Protocol):
         self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self.flush()
         if self._keepalive_options is not None:
-            self.keepalive = Keepalive(self._keepalive_options, asyncio.get_running_loop().time())
+            self.keepalive = Keepalive(self._keepalive_options, self.loop.time())
             tune_socket(transport, self._keepalive_options)
 
     def data_received(self, data: bytes) -> None:
@@ -200,7 +201,7 @@ class H2Conn(asyncio.Protocol):
         if opened is not None:  # the usual case: HEADERS and DATA framed without h2's generic path
             sid, sent = opened
             self.fast_sends += 1
-            stream = self.streams[sid] = H2Stream(sid)
+            stream = self.streams[sid] = H2Stream(sid, self.loop)
             if sent < len(body):
                 sent = self._send_some(stream, body, sent)
             self.flush()
@@ -215,7 +216,7 @@ class H2Conn(asyncio.Protocol):
         except h2.exceptions.H2Error as exc:  # e.g. the connection closed under us
             self.draining = True
             raise Unavailable(f"cannot open an HTTP/2 stream: {exc}") from None
-        stream = self.streams[sid] = H2Stream(sid)
+        stream = self.streams[sid] = H2Stream(sid, self.loop)
         sent = self._send_some(stream, body, 0) if body else 0
         self.flush()
         return stream, sent
@@ -292,7 +293,7 @@ class H2Conn(asyncio.Protocol):
     def _keepalive_on_call(self) -> None:
         ka = self.keepalive
         assert ka is not None
-        ping = ka.ping_due_on_reuse(asyncio.get_running_loop().time())
+        ping = ka.ping_due_on_reuse(self.loop.time())
         if ping is not None:
             self.h2.ping(ping.payload)  # leaves with the request's own write
         self._arm()
@@ -302,7 +303,7 @@ class H2Conn(asyncio.Protocol):
         if ka is None or self.closed:
             return
         self._disarm()
-        self._ka_timer = asyncio.get_running_loop().call_at(ka.next_deadline(), self._on_keepalive_timer)
+        self._ka_timer = self.loop.call_at(ka.next_deadline(), self._on_keepalive_timer)
 
     def _disarm(self) -> None:
         if self._ka_timer is not None:
@@ -314,7 +315,7 @@ class H2Conn(asyncio.Protocol):
         ka = self.keepalive
         if ka is None or self.closed or (not self.streams and ka.outstanding is None):
             return  # closed, or idle with nothing to wait for: the next call re-arms
-        action = ka.poll(asyncio.get_running_loop().time())
+        action = ka.poll(self.loop.time())
         if isinstance(action, LinkDead):
             where = self.target.authority
             self._fail(Unavailable(f"the connection to {where} is dead: {action.reason}"))
@@ -328,11 +329,7 @@ class H2Conn(asyncio.Protocol):
 
     def _on_ping_ack(self, payload: bytes) -> None:
         ka = self.keepalive
-        if (
-            ka is not None
-            and ka.acked(payload, asyncio.get_running_loop().time())
-            and self._ka_timer is not None
-        ):
+        if ka is not None and ka.acked(payload, self.loop.time()) and self._ka_timer is not None:
             self._arm()  # the next PING is due an interval from now, sooner than the timer
 
     # ---- internals -----------------------------------------------------------------------------

@@ -119,12 +119,14 @@ class H2Transport:
         (:meth:`H2Conn.watch`: no timer of its own per call); waiting for a connection, or for
         windows to send the rest of a large body, ``asyncio.timeout_at`` does. The response body
         is returned to the server's flow control as it is read."""
-        deadline = None if seconds is None else asyncio.get_running_loop().time() + seconds
         headers = self._headers_for("POST", self._prefix + path, fields)
         conn = self._conn
         if conn is None or not conn.has_capacity():
+            deadline = None if seconds is None else asyncio.get_running_loop().time() + seconds
             async with asyncio.timeout_at(deadline):
                 conn = await self._ready()
+        else:  # the connection's loop is the running one (no getpid() to look it up)
+            deadline = None if seconds is None else conn.loop.time() + seconds
         stream, sent = conn.start(headers, body)
         try:
             if sent < len(body):

@@ -10,9 +10,12 @@ __all__ = ["Signal"]
 class Signal:
     """Level-less notification: waiters re-check their condition after each ``fire()``."""
 
-    __slots__ = ("waiters",)
+    __slots__ = ("loop", "waiters")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        # ``loop``: the loop every wait() runs on, when the owner knows it. Looking the running loop
+        # up costs a getpid() system call per wait on Python 3.11 (asyncio checks it is not a fork).
+        self.loop = loop
         self.waiters: list[asyncio.Future[None]] = []  # read-only outside: empty = fire() is a no-op
 
     def fire(self) -> None:
@@ -26,7 +29,7 @@ class Signal:
 
     async def wait(self) -> None:
         """Wait for the next ``fire()`` (cancel-safe)."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[None] = (self.loop or asyncio.get_running_loop()).create_future()
         self.waiters.append(fut)
         try:
             await fut
