@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -38,9 +37,11 @@ from h2.connection import ConnectionState
 from h2.errors import ErrorCodes
 
 from conveyor_sdk._client.deadlines import DeadlineTimer
+from conveyor_sdk._client.h2stream import HEADS_KEPT, H2Stream, Head, response_head
 from conveyor_sdk._h2kernel import probe
 from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG, client_connection, str_headers
-from conveyor_sdk._h2kernel.client_fast import acknowledge, send_request, take_response_frames
+from conveyor_sdk._h2kernel.client_answer import acknowledge
+from conveyor_sdk._h2kernel.client_fast import send_request, take_response_frames
 from conveyor_sdk._h2kernel.streams import retire_closed
 from conveyor_sdk._transport import _status
 from conveyor_sdk._transport._connect import Target, tune_socket
@@ -55,33 +56,6 @@ log = logging.getLogger("conveyor.client")
 
 STREAM_WINDOW = 1 << 20
 CONNECTION_WINDOW = 1 << 24
-
-
-class H2Stream:
-    """The state of one call: response headers, unread DATA, trailers, outcome."""
-
-    __slots__ = (
-        "chunks", "deadline", "ended", "error", "fields", "headers", "id", "status", "timed_out", "trailers",
-        "wake",
-    )  # fmt: skip
-
-    def __init__(self, stream_id: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.id = stream_id
-        self.deadline: float | None = None  # loop time; see H2Conn.watch
-        self.timed_out = False  # the deadline passed before the stream was done
-        self.headers: tuple[tuple[str, str], ...] | None = None  # as received, pseudo-headers too
-        self.status = 0  # ``:status`` (0 when missing or not a number)
-        self.fields: tuple[tuple[str, str], ...] = ()  # ``headers`` without the pseudo-headers
-        self.chunks: deque[tuple[bytes, int]] = deque()  # (payload, flow-controlled length)
-        self.trailers: list[tuple[str, str]] = []
-        self.ended = False  # the server finished the stream (END_STREAM)
-        self.error: ConveyorError | None = None
-        self.wake = Signal(loop)
-
-    @property
-    def done(self) -> bool:
-        """No more input will arrive (ended or failed)."""
-        return self.ended or self.error is not None
 
 
 class H2Conn(asyncio.Protocol):
@@ -116,7 +90,7 @@ class H2Conn(asyncio.Protocol):
         self.keepalive: Keepalive | None = None  # made once connected
         self._ka_timer: asyncio.TimerHandle | None = None  # armed while calls are open
         self.deadlines = DeadlineTimer(self.streams)  # see watch
-        self._heads: dict[tuple[object, ...], _Head] = {}  # response header blocks seen, see _on_response
+        self._heads: dict[tuple[object, ...], Head] = {}  # response header blocks seen, see _on_response
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "draining" if self.draining else "open"
@@ -378,8 +352,8 @@ class H2Conn(asyncio.Protocol):
         key = tuple(raw)
         head = self._heads.get(key)
         if head is None:
-            head = _head(raw)
-            if len(self._heads) >= _HEADS:
+            head = response_head(raw)
+            if len(self._heads) >= HEADS_KEPT:
                 self._heads.clear()
             self._heads[key] = head
         stream.headers, stream.status, stream.fields = head
@@ -442,8 +416,6 @@ class H2Conn(asyncio.Protocol):
         self.changed.fire()
 
 
-_HEADS = 16  # distinct response header blocks kept per connection
-_Head = tuple[tuple[tuple[str, str], ...], int, tuple[tuple[str, str], ...]]
 _Handler = Callable[[H2Conn, Any], None]  # each takes its own event class
 # What H2Conn does with each kind of h2 event (looked up by the event's exact class).
 _HANDLERS: dict[type, _Handler] = {
@@ -464,17 +436,6 @@ def _handler(kind: type) -> _Handler:
     handle = next((h for base, h in _HANDLERS.items() if issubclass(kind, base)), H2Conn._ignore)
     _HANDLERS[kind] = handle
     return handle
-
-
-def _head(raw: object) -> _Head:
-    pairs = tuple(str_headers(raw).items())
-    status, fields = 0, []
-    for name, value in pairs:
-        if name == ":status":
-            status = int(value) if value.isdigit() else 0
-        elif not name.startswith(":"):
-            fields.append((name, value))
-    return pairs, status, tuple(fields)
 
 
 class BufferedH2Conn(BufferedReads, H2Conn):

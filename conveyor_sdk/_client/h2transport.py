@@ -41,7 +41,8 @@ from typing import cast
 import pyqwest
 from hpack import NeverIndexedHeaderTuple
 
-from conveyor_sdk._client.h2conn import BufferedH2Conn, H2Conn, H2Stream
+from conveyor_sdk._client.h2conn import BufferedH2Conn, H2Conn
+from conveyor_sdk._client.h2stream import H2Stream
 from conveyor_sdk._client.unary import Exchange
 from conveyor_sdk._transport import _connect
 from conveyor_sdk._transport.keepalive import KeepaliveOptions

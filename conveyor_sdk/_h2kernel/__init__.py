@@ -18,7 +18,8 @@ Two paths, chosen once per process (:mod:`.probe`):
   fast-path code failed at run time (that connection fails with an ``Internal`` error naming the
   versions; later connections take the public path).
 
-Modules: :mod:`.client` / :mod:`.client_fast` (client connection, codecs, fast send and read),
+Modules: :mod:`.client` / :mod:`.client_fast` / :mod:`.client_answer` (client connection, codecs,
+fast send and read, answers' stream moves and acks),
 :mod:`.server` / :mod:`.server_conn` (server connection, refusing rule, fast request read, sends
 and acks), :mod:`.guard` (the server's frame guard on either path), :mod:`.hpackfast` (the fast
 HPACK decoder), :mod:`.walker` (frame boundaries for the public path), :mod:`.streams`,

@@ -25,7 +25,7 @@ from h2.connection import ConnectionState
 from h2.frame_buffer import FrameBuffer
 from h2.stream import H2Stream
 
-from conveyor_sdk._h2kernel import client_fast, eager, probe, server, server_conn
+from conveyor_sdk._h2kernel import client_answer, client_fast, eager, probe, server, server_conn
 from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG, CachingEncoder, Connection
 from conveyor_sdk._h2kernel.hpackfast import FastDecoder
 from conveyor_sdk._h2kernel.streams import retire_closed
@@ -83,11 +83,11 @@ def _presence() -> None:
     _has(stream.state_machine, "headers_sent stream_closed_by client")
     _has(conn.encoder.header_table, "resized", bool)
     _need(client_fast._OWN_SEND_TRANSITIONS, "h2.stream._transitions: the request-sending rows changed")
-    _need(client_fast._OWN_RECV_TRANSITIONS, "h2.stream._transitions: the response-receiving rows changed")
+    _need(client_answer._OWN_RECV_TRANSITIONS, "h2.stream._transitions: the response-receiving rows changed")
     _has(stream.state_machine, "headers_received state")
     stream.state_machine.client = True
     flags = stream._build_hdr_validation_flags([h2.events.ResponseReceived(stream_id=1)])
-    _need(flags == client_fast.RESPONSE_FLAGS, "h2 validates response headers with other flags")
+    _need(flags == client_answer.RESPONSE_FLAGS, "h2 validates response headers with other flags")
     _need(server._OWN_TRANSITIONS, "h2.stream._transitions: the request-receiving rows changed")
     if not eager.PUBLIC_EAGER and sys.version_info < (3, 12):
         _need(
@@ -221,7 +221,7 @@ def _repeated_answer() -> None:
 
 
 def _acknowledged() -> None:
-    """client_fast.acknowledge and h2's acknowledge_received_data on twin connections: the same
+    """client_answer.acknowledge and h2's acknowledge_received_data on twin connections: the same
     bytes queued and the same window counts, for an open stream, a retired one, and an amount
     that reopens the connection's window (a WINDOW_UPDATE)."""
     pairs = [_pair(lambda: h2.connection.H2Connection(config=PLAIN_CLIENT_CONFIG), False) for _ in "fp"]
@@ -237,7 +237,7 @@ def _acknowledged() -> None:
     _need(1 not in fc.streams and 3 in fc.streams, "the twin's streams are not as expected")
     half = fc._inbound_flow_control_window_manager.max_window_size // 2
     for sid, size in ((1, len(_BODY)), (3, len(_BODY)), (3, half)):
-        queued = client_fast.acknowledge(fc, sid, size)
+        queued = client_answer.acknowledge(fc, sid, size)
         pc.acknowledge_received_data(size, sid)
         sent = fc.data_to_send()
         _need(sent == pc.data_to_send(), "acknowledge queued other bytes than h2")

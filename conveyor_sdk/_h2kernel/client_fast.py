@@ -16,16 +16,17 @@ import h2.connection
 import h2.exceptions
 import h2.stream
 from h2.connection import ConnectionState
-from h2.events import DataReceived, ResponseReceived, StreamEnded, TrailersReceived
-from h2.stream import H2StreamStateMachine, StreamClosedBy, StreamInputs, StreamState
-from h2.utilities import HeaderValidationFlags, is_informational_response
+from h2.events import TrailersReceived
+from h2.stream import H2StreamStateMachine, StreamInputs, StreamState
+from h2.utilities import is_informational_response
 
 from conveyor_sdk._h2kernel import probe
 from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG
+from conveyor_sdk._h2kernel.client_answer import RESPONSE_FLAGS, answer_headers, receive_data
 from conveyor_sdk._h2kernel.hpackfast import FastDecoder
-from conveyor_sdk._h2kernel.streams import new_stream, window_reopens
+from conveyor_sdk._h2kernel.streams import new_stream
 
-__all__ = ["DataFrameTaker", "acknowledge", "send_request", "take_response_frames"]
+__all__ = ["DataFrameTaker", "send_request", "take_response_frames"]
 
 _READABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL)
 _CLIENT_OPEN = ConnectionState.CLIENT_OPEN  # a global: an Enum member read through its class is slower
@@ -40,23 +41,6 @@ _OWN_SEND_TRANSITIONS = (
     == (H2StreamStateMachine.request_sent, _OPEN)
     and _transitions.get((_OPEN, StreamInputs.SEND_DATA)) == (None, _OPEN)
     and _transitions.get((_OPEN, StreamInputs.SEND_END_STREAM)) == (None, _HALF_CLOSED_LOCAL)
-)
-
-# The rows h2's stream machine runs when a request that has been sent whole (HALF_CLOSED_LOCAL) gets its
-# answer: the response headers (response_received), DATA (data_received) and END_STREAM (stream_ended,
-# to CLOSED). _receive_headers and _receive_data apply them themselves when they are as checked here.
-_CLOSED = StreamState.CLOSED
-_OWN_RECV_TRANSITIONS = (
-    _transitions.get((_HALF_CLOSED_LOCAL, StreamInputs.RECV_HEADERS))
-    == (H2StreamStateMachine.response_received, _HALF_CLOSED_LOCAL)
-    and _transitions.get((_HALF_CLOSED_LOCAL, StreamInputs.RECV_DATA))
-    == (H2StreamStateMachine.data_received, _HALF_CLOSED_LOCAL)
-    and _transitions.get((_HALF_CLOSED_LOCAL, StreamInputs.RECV_END_STREAM))
-    == (H2StreamStateMachine.stream_ended, _CLOSED)
-)
-# What h2's _build_hdr_validation_flags makes of a response header block on a client's stream.
-RESPONSE_FLAGS = HeaderValidationFlags(
-    is_client=True, is_trailer=False, is_response_header=True, is_push_promise=False
 )
 
 _DATA = 0x0
@@ -219,7 +203,7 @@ def _take_response_frames(conn: h2.connection.H2Connection, data: bytes) -> tupl
                 if flags & ~_END_STREAM or not (payload or flags):
                     break  # padding, unknown flags, or an empty frame: h2's
                 conn_window.window_consumed(length)
-                frames, got = _receive_data(stream, payload, bool(flags), length)
+                frames, got = receive_data(stream, payload, bool(flags), length)
             elif kind == _HEADERS:
                 if flags & ~(_END_STREAM | _END_HEADERS) or not flags & _END_HEADERS:
                     break  # padding, priority, CONTINUATION: h2's
@@ -256,25 +240,14 @@ def _receive_headers(
     memo = getattr(conn, "processed_headers", None)
     if memo is None or is_informational_response(headers):
         return stream.receive_headers(headers, end_stream, conn.config.header_encoding)
-    machine = stream.state_machine
     event: Any
-    if (
-        _OWN_RECV_TRANSITIONS
-        and machine.state is _HALF_CLOSED_LOCAL
-        and machine.client is True
-        and not machine.headers_received
-    ):  # the answer to a request sent whole: response_received's work, then stream_ended's
-        machine.headers_received = True
-        event = ResponseReceived(stream_id=stream.stream_id)
-        events = [event]
-        if end_stream:
-            machine.state = _CLOSED
-            machine.stream_closed_by = StreamClosedBy.RECV_END_STREAM
-            event.stream_ended = StreamEnded(stream_id=stream.stream_id)
-            events.append(event.stream_ended)
+    events = answer_headers(stream, end_stream)
+    if events is not None:  # the answer to a request sent whole: the stream moved as h2 moves it
+        event = events[0]
         validation = RESPONSE_FLAGS
         stream._initialize_content_length(headers)
     else:
+        machine = stream.state_machine
         events = machine.process_input(StreamInputs.RECV_HEADERS)
         event = events[0]
         if end_stream:
@@ -295,36 +268,6 @@ def _receive_headers(
     else:
         processed = known[1]
     event.headers = list(processed)  # the event's own list, as h2 gives each event
-    return [], events
-
-
-def _receive_data(
-    stream: h2.stream.H2Stream, data: bytes, end_stream: bool, length: int
-) -> tuple[list[Any], list[Any]]:
-    """h2's ``H2Stream.receive_data``; on a stream whose request was sent whole and whose response
-    headers have arrived, its transitions applied here (:data:`_OWN_RECV_TRANSITIONS`) when the
-    chunk fits the stream's window and its content-length. Everything h2 would refuse is h2's."""
-    machine = stream.state_machine
-    if not (_OWN_RECV_TRANSITIONS and machine.state is _HALF_CLOSED_LOCAL and machine.headers_received):
-        return stream.receive_data(data, end_stream, length)
-    window = stream._inbound_window_manager
-    expected = stream._expected_content_length
-    actual = stream._actual_content_length + len(data)
-    if length > window.current_window_size or (
-        expected is not None and (expected < actual or (end_stream and expected != actual))
-    ):
-        return stream.receive_data(data, end_stream, length)  # h2 raises its error
-    window.current_window_size -= length  # window_consumed, its below-zero check done above
-    stream._actual_content_length = actual
-    event = DataReceived(stream_id=stream.stream_id)
-    events: list[Any] = [event]
-    if end_stream:
-        machine.state = _CLOSED
-        machine.stream_closed_by = StreamClosedBy.RECV_END_STREAM
-        event.stream_ended = StreamEnded(stream_id=stream.stream_id)
-        events.append(event.stream_ended)
-    event.data = data
-    event.flow_controlled_length = length
     return [], events
 
 
@@ -440,46 +383,3 @@ def _header_frames(out: bytearray, stream_id: int, block: bytes, limit: int, *, 
             kind = _CONTINUATION
         out += len(chunk).to_bytes(3, "big") + bytes((kind, flags)) + sid
         out += chunk
-
-
-def acknowledge(conn: h2.connection.H2Connection, stream_id: int, size: int) -> bool:
-    """``conn.acknowledge_received_data(size, stream_id)`` for response bytes the client has read.
-
-    h2 hands space back only once about half a window is consumed, so for most answers it only
-    counts the bytes: then they are counted here, in the connection's window and, while the stream
-    is open, the stream's, and h2's call (its logging, the stream lookup, and for a stream already
-    retired an exception raised and caught) is skipped. Anything that would queue a WINDOW_UPDATE
-    or raise, and an id this client never opened, is h2's. Returns whether a WINDOW_UPDATE may now
-    wait to be sent (always True on the public path, which cannot look).
-    """
-    if not probe.fast:
-        conn.acknowledge_received_data(size, stream_id)
-        return True
-    try:
-        if _counted(conn, stream_id, size):
-            return False
-    except Exception as exc:
-        raise probe.KernelFault("acknowledge") from exc
-    queued = len(conn._data_to_send)
-    conn.acknowledge_received_data(size, stream_id)  # and h2's own errors, as they are
-    return len(conn._data_to_send) != queued
-
-
-def _counted(conn: h2.connection.H2Connection, stream_id: int, size: int) -> bool:
-    """Count ``size`` acknowledged bytes as h2 would, where that is all h2 would do; else False."""
-    connection = conn._inbound_flow_control_window_manager
-    if size <= 0 or window_reopens(connection, size):
-        return False
-    stream = conn.streams.get(stream_id)
-    if stream is None:
-        if stream_id % 2 == 0 or not 0 < stream_id <= conn.highest_outbound_stream_id:
-            return False  # not one of ours: h2 raises
-        connection._bytes_processed += size  # retired: h2 counts the connection's window only
-        return True
-    own = stream._inbound_window_manager if stream.open else None
-    if own is not None and window_reopens(own, size):
-        return False
-    connection._bytes_processed += size
-    if own is not None:
-        own._bytes_processed += size
-    return True

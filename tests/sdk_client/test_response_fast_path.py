@@ -1,4 +1,4 @@
-"""The client's response fast path (take_response_frames, acknowledge) against h2, and in real calls."""
+"""The client's response fast path (take_response_frames, client_answer) against h2, and in real calls."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conveyor_sdk._h2kernel.client import PLAIN_CLIENT_CONFIG, Connection
-from conveyor_sdk._h2kernel.client_fast import acknowledge, take_response_frames
+from conveyor_sdk._h2kernel.client_answer import acknowledge
+from conveyor_sdk._h2kernel.client_fast import take_response_frames
 from conveyor_sdk._h2kernel.hpackfast import FastDecoder
 from conveyor_sdk._h2kernel.streams import retire_closed
 from conveyor_sdk.testing.memory import MemoryServer

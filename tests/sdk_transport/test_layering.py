@@ -14,6 +14,7 @@ SANS_IO = [TRANSPORT / n for n in ("core.py", "_status.py", "options.py")] + [
     for n in (
         "client.py",
         "client_fast.py",
+        "client_answer.py",
         "server.py",
         "server_conn.py",
         "guard.py",
