@@ -27,7 +27,7 @@ from conveyor_sdk.errors import (
     ResourceExhausted,
     Unimplemented,
 )
-from conveyor_server_min.service_api import CallContext, ServiceSet
+from conveyor_server_min.service_api import CallContext, ServerStreamMethod, ServiceSet, UnaryMethod
 
 from .auth import Authenticator
 from .inline import handoff
@@ -84,6 +84,10 @@ class Router:
         self.body_timeout = body_timeout
         self.web: AsgiBridge | None = None
         self._rpc_paths = frozenset((*services.unary, *services.server_streams, SESSION_PATH))
+        self._admitted: set[tuple[str, Negotiated, bool, bool, bool]] = set()  # see _dispatch
+        # The last call's CallContext: an HTTP/2 connection hands every request whose header block
+        # repeats the last one the same header mapping, and a CallContext is immutable.
+        self._last_ctx: CallContext | None = None
 
     def rejects_before_body(self, method: str, authorization: str | None) -> bool:
         """Whether an RPC will be refused whatever its body (a POST without valid credentials).
@@ -160,13 +164,12 @@ class Router:
             plain_response(io, 404, "not found")
 
     async def _dispatch(self, io: CallIO, neg: Negotiated, reply: Reply, body: bytes | None) -> None:
-        path, wire = io.path, neg.wire
-        unary = self.services.unary.get(path)
-        stream = None if unary is not None else self.services.server_streams.get(path)
-        if not self._admit(io, neg, unary is not None, stream is not None):
+        route = self._route(io, neg)
+        if route is None:
             return
-        ctx = CallContext(peer=io.peer, headers=io.headers)
-        encoding = io.headers.get(wire.compression_header)
+        unary, stream, ctx = route
+        wire = neg.wire
+        encoding = io.headers.get(neg.compression_header)
         if unary is not None:
             if body is not None and wire is Wire.CONNECT_UNARY:  # all there: no reading, no awaiting
                 if len(body) > self.max_message:
@@ -177,21 +180,59 @@ class Router:
                 request = await self._read_unary(io, neg, unary.request_type, encoding, body)
             timeout = parse_timeout(wire, io.headers)
             call = unary.handler(request, ctx)
-            response = await (call if timeout is None else _with_timeout(call, timeout))
+            if timeout is not None and type(call) is CoroutineType:  # as _with_timeout, in this frame
+                try:
+                    waiting_on = call.send(None)
+                except StopIteration as done:
+                    response = done.value
+                else:
+                    response = await _resume_timed(call, waiting_on, timeout)
+            else:
+                response = await (call if timeout is None else _timed(call, timeout))
             payload = neg.codec.encode(response)
             if not reply.whole(payload):
                 await reply.unary(payload)
         elif stream is not None:
             request = await self._read_framed_single(io, neg, stream.request_type, encoding, body)
-            reply.start()
-            async for item in stream.handler(request, ctx):
-                await reply.send(neg.codec.encode(item))
-            await reply.end(None)
+            await self._stream_out(stream, request, ctx, neg, reply)
         else:
             await self._session(io, neg, reply, ctx, encoding)
 
+    @staticmethod
+    async def _stream_out(
+        method: ServerStreamMethod, request: Message, ctx: CallContext, neg: Negotiated, reply: Reply
+    ) -> None:
+        reply.start()
+        async for item in method.handler(request, ctx):
+            await reply.send(neg.codec.encode(item))
+        await reply.end(None)
+
+    def _route(
+        self, io: CallIO, neg: Negotiated
+    ) -> tuple[UnaryMethod | None, ServerStreamMethod | None, CallContext] | None:
+        """The call's method (unary, server-streaming, or neither: the Session) and its handler's
+        context, once admitted and authenticated; None when it was answered (415) already."""
+        path = io.path
+        unary = self.services.unary.get(path)
+        stream = None if unary is not None else self.services.server_streams.get(path)
+        key = (path, neg, io.http2, unary is not None, stream is not None)
+        if key not in self._admitted:
+            if not self._admit(io, neg, unary is not None, stream is not None):
+                return None
+            # _admit's verdict depends on nothing else, and the keys are finite (served paths
+            # times the negotiated formats): later calls on the route check only credentials.
+            self._admitted.add(key)
+        denied = self.auth.check(io.headers.get("authorization"))
+        if denied is not None:
+            raise denied
+        ctx = self._last_ctx  # the same again for the same caller and header mapping (see __init__)
+        if ctx is None or ctx.headers is not io.headers or ctx.peer != io.peer:
+            ctx = self._last_ctx = CallContext(peer=io.peer, headers=io.headers)
+        return unary, stream, ctx
+
     def _admit(self, io: CallIO, neg: Negotiated, unary: bool, stream: bool) -> bool:
-        """Raise (or answer 415 and return False) when the call cannot go to its handler."""
+        """Raise (or answer 415 and return False) when the call cannot go to its handler whoever
+        makes it (the credentials are checked after this, on every call)."""
         wire, path = neg.wire, io.path
         is_session = not unary and not stream and path == SESSION_PATH
         if not unary and not stream and not is_session:
@@ -204,9 +245,6 @@ class Router:
             raise Unimplemented("gRPC requires HTTP/2; use Connect or gRPC-Web over HTTP/1.1")
         if is_session and (wire is Wire.GRPC_WEB or not io.http2):
             raise Unimplemented("the Session stream needs gRPC or Connect streaming over HTTP/2")
-        denied = self.auth.check(io.headers.get("authorization"))
-        if denied is not None:
-            raise denied
         return True
 
     async def _session(
@@ -300,11 +338,17 @@ async def _with_timeout(awaitable: Any, seconds: float | None) -> Message:
     except StopIteration as done:
         finished: Message = done.value
         return finished
-    resumed = Continuation.after(awaitable, waiting_on)
+    return await _resume_timed(awaitable, waiting_on, seconds)
+
+
+async def _resume_timed(coro: CoroutineType[Any, Any, Any], waiting_on: Any, seconds: float) -> Message:
+    """The rest of a handler whose first step (already taken) suspended on ``waiting_on``: from
+    here on under the deadline, which needs a task for its timer."""
+    resumed = Continuation.after(coro, waiting_on)
     try:
         await handoff()  # started inline by the transport (see .inline): the timer needs a task
     except BaseException:
-        awaitable.close()
+        coro.close()
         raise
     return await _timed(resumed, seconds)
 

@@ -26,7 +26,7 @@ import re
 import struct
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
@@ -133,6 +133,10 @@ class Negotiated:
     wire: Wire
     codec: Codec
     content_type: str
+    compression_header: str = field(init=False)  # ``wire.compression_header``, read on every call
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compression_header", self.wire.compression_header)
 
 
 _CONTENT_TYPES: dict[str, Negotiated] = {}
@@ -263,19 +267,32 @@ _GRPC_TIMEOUT = re.compile(r"^(\d{1,8})([HMSmun])$")
 _GRPC_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
 
+# Valid header values as clients send them (a client repeats its own), per header: "100" is a
+# valid connect-timeout-ms but no valid grpc-timeout.
+_SEEN_GRPC_TIMEOUTS: dict[str, float] = {}
+_SEEN_CONNECT_TIMEOUTS: dict[str, float] = {}
+_MAX_SEEN_TIMEOUTS = 64
+
+
 def parse_timeout(wire: Wire, headers: Mapping[str, str]) -> float | None:
     """The caller's deadline in seconds (``grpc-timeout`` or ``connect-timeout-ms``), if any."""
-    if wire in (Wire.GRPC, Wire.GRPC_WEB):
-        raw = headers.get("grpc-timeout")
-        if raw is None:
-            return None
+    grpc = wire is Wire.GRPC or wire is Wire.GRPC_WEB
+    raw = headers.get("grpc-timeout" if grpc else "connect-timeout-ms")
+    if raw is None:
+        return None
+    known = _SEEN_GRPC_TIMEOUTS if grpc else _SEEN_CONNECT_TIMEOUTS
+    seen = known.get(raw)
+    if seen is not None:
+        return seen
+    if grpc:
         match = _GRPC_TIMEOUT.match(raw)
         if match is None:
             raise InvalidArgument(f"malformed grpc-timeout {raw!r}")
-        return int(match.group(1)) * _GRPC_UNITS[match.group(2)]
-    raw = headers.get("connect-timeout-ms")
-    if raw is None:
-        return None
-    if not raw.isdigit() or len(raw) > 10:
-        raise InvalidArgument(f"malformed connect-timeout-ms {raw!r}")
-    return int(raw) / 1000.0
+        seconds = int(match.group(1)) * _GRPC_UNITS[match.group(2)]
+    else:
+        if not raw.isdigit() or len(raw) > 10:
+            raise InvalidArgument(f"malformed connect-timeout-ms {raw!r}")
+        seconds = int(raw) / 1000.0
+    if len(known) < _MAX_SEEN_TIMEOUTS:
+        known[raw] = seconds
+    return seconds
