@@ -299,7 +299,8 @@ def _write_unary(conn: Any, stream_id: int, content_type: str, body: bytes) -> N
         if len(_HEADER_PREFIX) >= 16:
             _HEADER_PREFIX.clear()
         prefix = _HEADER_PREFIX[content_type] = _STATUS_200 + _CONTENT_TYPE + _literal(content_type.encode())
-    block = prefix + _CONTENT_LENGTH + _literal(str(size).encode())
+    length = str(size).encode()
+    block = prefix + _CONTENT_LENGTH + bytes((len(length),)) + length  # as _literal
     sid = stream_id.to_bytes(4, "big")
     out = conn._data_to_send
     out += len(block).to_bytes(3, "big") + b"\x01\x04" + sid + block  # HEADERS, END_HEADERS

@@ -317,13 +317,16 @@ class H2Connection:
 
     def _forget(self, st: H2Stream) -> None:
         self.streams.pop(st.id, None)
-        st.release()
-        for _, flow in st.chunks:
-            if flow:
-                self.ack(st.id, flow)
-        st.chunks.clear()
+        if st.held != -1:  # -1: released when it answered
+            st.release()
+        if st.chunks:
+            for _, flow in st.chunks:
+                if flow:
+                    self.ack(st.id, flow)
+            st.chunks.clear()
         if not self.streams:
-            self._wake_idle()
+            if self._idle is not None:
+                self._wake_idle()
             self._idle_timer.set(self.limits.idle_timeout)
             if self._draining:
                 self.close()
