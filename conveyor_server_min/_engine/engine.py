@@ -94,10 +94,11 @@ class Engine:
         ``view`` runs after the dispatch, on a :meth:`~Task.snapshot` taken before it, so that
         encoding the reply does not delay a Dispatch to an idle worker.
         """
-        now = self.now()
+        now = self.clock.now()
         if self.broker.get(task.id) is not None:
             raise AlreadyExists(f"task {task.id} already exists")
-        self._check_unique([task], now)
+        if task.unique_key:
+            self._check_unique([task], now)
         self._commit(task, now)
         if view is None:
             self._after_commit(now)

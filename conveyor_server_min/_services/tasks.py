@@ -42,7 +42,10 @@ class TaskService:
     def _build(self, req: pb.EnqueueRequest) -> Task:
         engine = self.engine
         return build_task(
-            req, now=engine.now(), new_id=engine.new_id, default_max_retry=engine.config.default_max_retry
+            req,
+            now=engine.clock.now(),
+            new_id=engine.new_id,
+            default_max_retry=engine.config.default_max_retry,
         )
 
     async def enqueue(self, req: pb.EnqueueRequest, ctx: CallContext) -> pb.EnqueueResponse:

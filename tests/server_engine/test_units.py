@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import random
 from collections import Counter
 
 import pytest
@@ -13,7 +14,7 @@ from conveyor_server_min._engine.clock import MAX_INSTANT, NANOS, FakeClock
 from conveyor_server_min._engine.cronspec import parse_cron
 from conveyor_server_min._engine.limits import TokenBucket
 from conveyor_server_min._engine.sessions import swrr_pick
-from conveyor_server_min._engine.ulid import UlidGenerator
+from conveyor_server_min._engine.ulid import UlidGenerator, encode_ulid
 from conveyor_server_min._services import semver
 
 
@@ -143,3 +144,18 @@ def test_broker_compacts_stale_heap_entries() -> None:
     heap = engine.broker._ready["idle"]  # type: ignore[attr-defined]
     assert len(heap) == 1
     assert engine.broker.peek_ready("idle", engine.now()).id == "x0499"  # type: ignore[union-attr]
+
+
+def test_ulid_encoding_is_crockford_base32_of_the_128_bits() -> None:
+    """encode_ulid writes the value as 26 five-bit digits, most significant first (two leading zero bits)."""
+    alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    rng = random.Random(7)
+    for value in [
+        0,
+        1,
+        (1 << 128) - 1,
+        1 << 127,
+        *(rng.getrandbits(rng.randint(1, 128)) for _ in range(500)),
+    ]:
+        expected = "".join(alphabet[(value >> (5 * i)) & 31] for i in range(25, -1, -1))
+        assert encode_ulid(value) == expected
