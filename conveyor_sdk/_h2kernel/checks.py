@@ -82,6 +82,12 @@ def _presence() -> None:
     _has(stream, "_build_hdr_validation_flags _process_received_headers")
     _has(stream.state_machine, "headers_sent stream_closed_by client")
     _has(conn.encoder.header_table, "resized", bool)
+    for settings in (conn.local_settings, conn.remote_settings):  # server_conn._INITIAL_WINDOW's store
+        _has(settings, "_settings", dict)
+        _need(
+            settings._settings[server_conn._INITIAL_WINDOW][0] == settings.initial_window_size,
+            "h2.settings.Settings._settings holds no current initial_window_size",
+        )
     _need(client_fast._OWN_SEND_TRANSITIONS, "h2.stream._transitions: the request-sending rows changed")
     _need(client_answer._OWN_RECV_TRANSITIONS, "h2.stream._transitions: the response-receiving rows changed")
     _has(stream.state_machine, "headers_received state")

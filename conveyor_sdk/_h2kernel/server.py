@@ -48,7 +48,7 @@ from h2.stream import H2Stream, H2StreamStateMachine, StreamInputs, StreamState
 from conveyor_sdk._h2kernel import probe
 from conveyor_sdk._h2kernel.guard import HEADER_COST, GuardedFrameBuffer
 from conveyor_sdk._h2kernel.hpackfast import FastDecoder
-from conveyor_sdk._h2kernel.server_conn import SERVER_CONFIG, RefusingConnection
+from conveyor_sdk._h2kernel.server_conn import _INITIAL_WINDOW, SERVER_CONFIG, RefusingConnection
 from conveyor_sdk._h2kernel.streams import new_stream
 
 __all__ = ["open_taken", "take_frames", "take_unary"]
@@ -324,7 +324,7 @@ def _whole_request(
         or not stream_id & 1
         or stream_id <= conn.highest_inbound_stream_id
         or stream_id > _MAX_STREAM_ID
-        or length > conn.local_settings.initial_window_size
+        or length > conn.local_settings._settings[_INITIAL_WINDOW][0]  # initial_window_size (checks.py)
     ):
         return None
     return stream_id, block_end, length

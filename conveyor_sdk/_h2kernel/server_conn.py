@@ -35,6 +35,8 @@ __all__ = [
 ]
 
 _WRITABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE)
+# A settings value read from h2's store: the property and __getitem__ behind it cost two calls.
+_INITIAL_WINDOW = h2.settings.SettingCodes.INITIAL_WINDOW_SIZE
 
 # Header validation/normalisation in h2 is off: we read only a few headers and build our own
 # responses (framing is still checked).
@@ -279,7 +281,7 @@ def _answer_taken(conn: Any, stream_id: int, content_type: str, body: bytes) -> 
     if (
         conn.state_machine.state is not ConnectionState.SERVER_OPEN
         or conn.encoder.header_table.resized
-        or size > conn.remote_settings.initial_window_size
+        or size > conn.remote_settings._settings[_INITIAL_WINDOW][0]  # initial_window_size (checks.py)
         or size > conn.outbound_flow_control_window
         or size > conn.max_outbound_frame_size
         or len(content_type) > 100
