@@ -84,7 +84,7 @@ class Router:
         self.body_timeout = body_timeout
         self.web: AsgiBridge | None = None
         self._rpc_paths = frozenset((*services.unary, *services.server_streams, SESSION_PATH))
-        self._admitted: set[tuple[str, Negotiated, bool, bool, bool]] = set()  # see _dispatch
+        self._admitted: set[tuple[str, str, bool, bool, bool]] = set()  # see _dispatch
         # The last call's CallContext: an HTTP/2 connection hands every request whose header block
         # repeats the last one the same header mapping, and a CallContext is immutable.
         self._last_ctx: CallContext | None = None
@@ -215,12 +215,12 @@ class Router:
         path = io.path
         unary = self.services.unary.get(path)
         stream = None if unary is not None else self.services.server_streams.get(path)
-        key = (path, neg, io.http2, unary is not None, stream is not None)
+        key = (path, neg.content_type, io.http2, unary is not None, stream is not None)
         if key not in self._admitted:
             if not self._admit(io, neg, unary is not None, stream is not None):
                 return None
-            # _admit's verdict depends on nothing else, and the keys are finite (served paths
-            # times the negotiated formats): later calls on the route check only credentials.
+            # _admit's verdict depends on nothing else, and the keys are finite (served paths times
+            # the canonical content types, one per format): later calls check only credentials.
             self._admitted.add(key)
         denied = self.auth.check(io.headers.get("authorization"))
         if denied is not None:
