@@ -34,17 +34,40 @@ def encode_ulid(value: int) -> str:
     )  # fmt: skip
 
 
+_POOL_BYTES = 10 * 256  # the random parts of this many ids, fetched in one system call
+_forks = 0  # processes forked from this one so far, as this one counts them (see _forked)
+
+
+def _forked() -> None:
+    global _forks  # noqa: PLW0603  # the only state a fork hook can reach
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)  # a child must not reuse its parent's unread entropy
+
+
 class UlidGenerator:
-    """Strictly increasing ULIDs from ``clock``; ``entropy(n)`` supplies random bytes."""
+    """Strictly increasing ULIDs from ``clock``; ``entropy(n)`` supplies random bytes.
+
+    Random bytes are fetched for many ids at once (one ``getrandom`` system call per 256 ids,
+    not one per id) and dropped in a forked child.
+    """
 
     def __init__(self, clock: Clock, entropy: Callable[[int], bytes] = os.urandom) -> None:
         self._clock = clock
         self._entropy = entropy
         self._last = 0
+        self._pool = b""
+        self._used = 0
+        self._forks = _forks
 
     def new(self) -> str:
         millis = max(0, self._clock.now() // 1_000_000) & ((1 << 48) - 1)
-        candidate = (millis << _RANDOM_BITS) | int.from_bytes(self._entropy(10), "big")
+        used = self._used
+        if used >= len(self._pool) or self._forks != _forks:
+            self._pool, used, self._forks = self._entropy(_POOL_BYTES), 0, _forks
+        self._used = used + 10
+        candidate = (millis << _RANDOM_BITS) | int.from_bytes(self._pool[used : used + 10], "big")
         if candidate <= self._last:
             candidate = self._last + 1
         self._last = candidate

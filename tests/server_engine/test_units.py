@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from conveyor_server_min._engine import ulid as ulid_module
 from conveyor_server_min._engine.backoff import backoff_delay
 from conveyor_server_min._engine.clock import MAX_INSTANT, NANOS, FakeClock
 from conveyor_server_min._engine.cronspec import parse_cron
@@ -159,3 +160,27 @@ def test_ulid_encoding_is_crockford_base32_of_the_128_bits() -> None:
     ]:
         expected = "".join(alphabet[(value >> (5 * i)) & 31] for i in range(25, -1, -1))
         assert encode_ulid(value) == expected
+
+
+def test_ulid_entropy_is_fetched_in_bulk_never_reused_and_dropped_after_fork() -> None:
+    """Each id takes its own 10 random bytes from one bulk fetch; a forked child fetches afresh."""
+    fetched: list[int] = []
+    counter = itertools.count()
+
+    def entropy(n: int) -> bytes:
+        fetched.append(n)
+        return b"".join(next(counter).to_bytes(10, "big") for _ in range(n // 10))
+
+    clock = FakeClock(1_800_000_000 * NANOS)
+    gen = UlidGenerator(clock, entropy=entropy)
+    tails = []
+    for _ in range(300):
+        clock.advance(0.001)  # a new millisecond: the random part is the fetched bytes
+        gen.new()
+        tails.append(gen._last & ((1 << 80) - 1))
+    assert len(fetched) == 2 and fetched[0] >= 10 * 256
+    assert tails == list(range(300))  # consecutive, non-overlapping 10-byte slices, none reused
+    ulid_module._forked()  # what os.register_at_fork runs in a child
+    clock.advance(0.001)
+    gen.new()
+    assert len(fetched) == 3
