@@ -223,6 +223,10 @@ class Dispatcher:
             session = self.sessions[chosen]
         target = self._pick_queue(session, queue, now)
         task = self._take(session, target, now)
+        if task is None and target != queue:
+            # the weighted pick chose another of the session's queues whose ready tasks it declines
+            # (they lapsed there): this queue's own task must still go, or the slot idles
+            target, task = queue, self._take(session, queue, now)
         if task is not None:
             self._offer(session, target, task, now)
             return True

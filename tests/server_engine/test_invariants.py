@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conveyor_server_min._engine.clock import FakeClock
@@ -106,8 +106,14 @@ class Model:
             assert all(i.startswith("t") for i in ids)
 
 
+# Found by this test: the weighted pick chose queue a, whose only ready task had lapsed in the session, and
+# queue b's new task was left ready beside a free slot.
+LAPSED_HEAD_ELSEWHERE = [("enqueue", "a", 1), ("open2", 1, 2), ("advance", 3.0, 0), ("enqueue", "b", 1)]
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(OPS, min_size=1, max_size=60))
+@example(LAPSED_HEAD_ELSEWHERE)
 def test_engine_invariants_hold_for_random_operation_sequences(ops: list[tuple[str, object, object]]) -> None:
     """Counts match rows, no session exceeds its concurrency, ACTIVE tasks belong to their session, and
     dispatch is work-conserving."""
@@ -115,3 +121,15 @@ def test_engine_invariants_hold_for_random_operation_sequences(ops: list[tuple[s
     for op, x, y in ops:
         model.apply(op, x, y)
         model.check()
+
+
+def test_a_lapsed_task_on_one_queue_does_not_idle_a_slot_another_queue_could_use() -> None:
+    """The session's free slot takes queue b's new task although the weighted pick lands on queue a, whose
+    only ready task lapsed in that session."""
+    model = Model()
+    for op, x, y in LAPSED_HEAD_ELSEWHERE:
+        model.apply(op, x, y)
+    session = model.sessions[0]
+    sent = [a.task.id for a in model.sent[session.id] if isinstance(a, DispatchAction)]
+    assert sent == ["t00001", "t00002"]
+    model.check()
