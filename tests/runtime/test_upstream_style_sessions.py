@@ -72,10 +72,15 @@ async def _serve_per_queue(sess: PeerSession, concurrency: int, results: int, *,
             await dispatch(msg.result.task_id.split("-", maxsplit=1)[0])
 
 
-def _share(starts: list[str]) -> float:
+def _wa_starts(starts: list[str]) -> int:
     assert len(starts) >= STARTS, starts
-    # counted in whole starts: 28..32 of 40 is the issue's 0.75 +- 0.05, edges included (no float edge)
-    return round(starts[:STARTS].count("wa") / STARTS, 6)
+    return starts[:STARTS].count("wa")
+
+
+def _fair(wa: int) -> bool:
+    """0.75 +- 0.05 of 40 starts, judged in whole starts: 28..32, edges included. (As floats the edges
+    fell outside: 32 / 40 - 0.75 is 0.05000000000000004.)"""
+    return abs(wa - 30) <= 2
 
 
 @pytest.mark.parametrize("early", [False, True], ids=["welcome-first", "dispatch-first"])
@@ -103,7 +108,7 @@ def test_in_process_worker_weighted_share_with_per_queue_credits(early: bool) ->
                 await asyncio.wait_for(asyncio.gather(run, return_exceptions=True), 20)
 
     asyncio.run(main())
-    assert abs(_share(starts) - 0.75) <= 0.05, starts[:STARTS]
+    assert _fair(_wa_starts(starts)), starts[:STARTS]
 
 
 @pytest.mark.parametrize("early", [False, True], ids=["welcome-first", "dispatch-first"])
@@ -138,13 +143,13 @@ def test_runtime_weighted_share_with_per_queue_credits(
                 await asyncio.wait_for(run, 30)
                 sup.shutdown()
 
-    # Known edge (issue 27, left open): the runtime's share sits at the bound's edge, and about one
-    # run in twenty lands one start outside it, so one fresh second run is allowed; two misses fail.
+    # Known edge (issue 27, left open): the runtime's share sits near the bound's edges (28 or 32 of 40
+    # starts), so one fresh second run is allowed if a run lands one start outside; two misses fail.
     shares = []
     for _ in range(2):
         out.write_text("")
         asyncio.run(main())
-        shares.append(_share(out.read_text().split()))
-        if abs(shares[-1] - 0.75) <= 0.05:
+        shares.append(_wa_starts(out.read_text().split()))
+        if _fair(shares[-1]):
             return
-    raise AssertionError(f"wa's share of the first {STARTS} starts: {shares}")
+    raise AssertionError(f"wa's starts among the first {STARTS}: {shares}")
