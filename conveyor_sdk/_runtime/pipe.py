@@ -192,6 +192,13 @@ class FrameReader:
 
     def feed(self, data: bytes) -> list[PipeMessage]:
         """Add ``data``; return every message now complete. Raises ProtocolError on garbage."""
+        if not self._buf and len(data) > 4:  # the usual read: one whole frame, nothing held
+            (size,) = _HEADER.unpack_from(data)
+            if size == len(data) - 4 and size <= self._max:
+                try:
+                    return [_decoder.decode(memoryview(data)[4:])]
+                except msgspec.DecodeError as exc:
+                    raise ProtocolError(f"undecodable pipe frame: {exc}") from None
         self._buf += data
         out: list[PipeMessage] = []
         view = self._buf
@@ -248,7 +255,10 @@ def job_to_msg(job: Job) -> RunJob:
 
 def job_from_msg(msg: RunJob) -> Job:
     """Rebuild the :class:`Job` a child runs from its frame."""
-    tasks = tuple([new_task_data(*_task_fields(t)) for t in msg.tasks])
+    if len(msg.tasks) == 1:  # a single task (most jobs): no comprehension to run
+        tasks: tuple[TaskData, ...] = (new_task_data(*_task_fields(msg.tasks[0])),)
+    else:
+        tasks = tuple([new_task_data(*_task_fields(t)) for t in msg.tasks])
     return new_job(msg.job_id, msg.queue, msg.type, tasks, msg.batch, msg.deadline)
 
 

@@ -32,6 +32,14 @@ def test_job_round_trips_through_a_frame() -> None:
     assert pipe.job_from_msg(msg) == job
 
 
+def test_a_single_task_job_round_trips_through_a_frame() -> None:
+    """A one-task Job (the child's shortcut without a comprehension) comes back equal too."""
+    job = dataclasses.replace(_job(1), job_id="t0", batch=False)
+    [msg] = pipe.FrameReader().feed(pipe.encode(pipe.job_to_msg(job)))
+    assert isinstance(msg, pipe.RunJob)
+    assert pipe.job_from_msg(msg) == job
+
+
 def test_a_task_crosses_the_pipe_field_for_field() -> None:
     """TaskMsg mirrors TaskData name for name, in order (the child rebuilds TaskData positionally)."""
     assert pipe.TaskMsg.__struct_fields__ == tuple(f.name for f in dataclasses.fields(TaskData))
@@ -85,6 +93,24 @@ def test_oversized_frame_is_a_protocol_error() -> None:
     reader = pipe.FrameReader(max_frame=16)
     with pytest.raises(ProtocolError, match="exceeds"):
         reader.feed(b"\x00\x00\x01\x00")
+
+
+def test_an_oversized_frame_read_whole_is_a_protocol_error() -> None:
+    """The limit holds for a frame that arrives complete in one read, too (nothing buffered)."""
+    reader = pipe.FrameReader(max_frame=4)
+    with pytest.raises(ProtocolError, match="exceeds"):
+        reader.feed(pipe.encode(pipe.Progress("t", 50, "half")))
+
+
+def test_a_whole_frame_after_a_partial_one_waits_its_turn() -> None:
+    """A read holding exactly one frame, while part of an earlier frame is buffered, is not
+    taken for a lone frame: both come out, in order."""
+    first, second = pipe.encode(pipe.Beat(1, 0)), pipe.encode(pipe.Stop())
+    reader = pipe.FrameReader()
+    assert reader.feed(first[:3]) == []
+    assert reader.feed(first[3:] + second) == [pipe.Beat(1, 0), pipe.Stop()]
+    assert reader.feed(first) == [pipe.Beat(1, 0)]
+    assert reader.buffered == 0
 
 
 def test_garbage_body_is_a_protocol_error() -> None:
