@@ -36,8 +36,10 @@ class Outbox:
         asyncio.get_running_loop().call_soon(self.flush)
         if soon:
             self._pending.append(frame)
-        else:
-            self._write(frame)
+            return
+        writer = self._writer()  # _write, inlined: this is a RunJob's way out
+        if writer is not None and not writer.is_closing():
+            writer.write(frame)
 
     def flush(self) -> None:
         """Write what waits (also at shutdown); the next frame leaves at once again."""
