@@ -211,7 +211,8 @@ class ChildLoop:
         token = current_task_id.set(msg.job_id)
         started = time.perf_counter()
         try:
-            begun = begin_async(self.registry, job, sig, self._progress_sink())  # invoke_async, inlined
+            sink = self._sink or self._progress_sink()  # built by the first job
+            begun = begin_async(self.registry, job, sig, sink)  # invoke_async, inlined
             outcomes = begun if isinstance(begun, list) else await begun
         except BaseException as exc:  # isolation point: the job must still be answered
             log.exception("job %s failed outside its handler", msg.job_id)
