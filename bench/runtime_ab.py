@@ -29,6 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "bench" / "peers"))
+
+from _procs import tree  # noqa: E402
+
 from conveyor_sdk.client import SyncClient, TaskSpec  # noqa: E402
 from conveyor_sdk.types import TaskState  # noqa: E402
 from conveyor_server_min.testing import ServerProcess  # noqa: E402
@@ -71,19 +75,15 @@ def _snap(pid: int) -> dict[str, float]:
 
 
 def _children(pid: int) -> list[int]:
+    """The runtime's children: processes under ``pid`` that run ``_runtime.child``."""
     out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    for kid in tree(pid)[1:]:
         try:
-            with open(f"/proc/{name}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{name}/cmdline", "rb") as fh:
-                is_child = b"_runtime.child" in fh.read()
-        except (OSError, ValueError):
+            with open(f"/proc/{kid}/cmdline", "rb") as fh:
+                if b"_runtime.child" in fh.read():
+                    out.append(kid)
+        except OSError:
             continue
-        if ppid == pid and is_child:
-            out.append(int(name))
     return out
 
 

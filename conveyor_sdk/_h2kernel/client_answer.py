@@ -40,6 +40,16 @@ RESPONSE_FLAGS = HeaderValidationFlags(
 )
 
 
+def _ended_by_peer(stream: h2.stream.H2Stream, event: Any, events: list[Any]) -> None:
+    """The peer's END_STREAM on a half-closed (local) stream, as h2 records it: closed, and a
+    StreamEnded after the event that carried it."""
+    machine = stream.state_machine
+    machine.state = _CLOSED
+    machine.stream_closed_by = StreamClosedBy.RECV_END_STREAM
+    event.stream_ended = StreamEnded(stream_id=stream.stream_id)
+    events.append(event.stream_ended)
+
+
 def answer_headers(stream: h2.stream.H2Stream, end_stream: bool) -> list[Any] | None:
     """The events of a response header block on a stream whose request was sent whole, the stream
     moved as h2's ``response_received`` (and ``stream_ended``) move it; None, with nothing changed,
@@ -56,10 +66,7 @@ def answer_headers(stream: h2.stream.H2Stream, end_stream: bool) -> list[Any] | 
     event = ResponseReceived(stream_id=stream.stream_id)
     events: list[Any] = [event]
     if end_stream:
-        machine.state = _CLOSED
-        machine.stream_closed_by = StreamClosedBy.RECV_END_STREAM
-        event.stream_ended = StreamEnded(stream_id=stream.stream_id)
-        events.append(event.stream_ended)
+        _ended_by_peer(stream, event, events)
     return events
 
 
@@ -84,10 +91,7 @@ def receive_data(
     event = DataReceived(stream_id=stream.stream_id)
     events: list[Any] = [event]
     if end_stream:
-        machine.state = _CLOSED
-        machine.stream_closed_by = StreamClosedBy.RECV_END_STREAM
-        event.stream_ended = StreamEnded(stream_id=stream.stream_id)
-        events.append(event.stream_ended)
+        _ended_by_peer(stream, event, events)
     event.data = data
     event.flow_controlled_length = length
     return [], events
