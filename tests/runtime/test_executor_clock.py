@@ -22,6 +22,7 @@ from conveyor_sdk._runtime.proc import ChildArgs, ChildState
 from conveyor_sdk._transport.clock import ManualClock
 from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, OutcomeKind, TaskData
 from tests._util import until
+from tests.runtime._executors import running
 from tests.runtime.test_executor import APP
 
 GRACE = 0.5
@@ -41,13 +42,8 @@ async def started(folder: Path, clock: ManualClock, **opts: object) -> AsyncIter
     args = ChildArgs(app="rtapp:app", capacity=2, beat=0.2, cwd=str(folder))
     options = ExecutorOptions(**{"kill_grace": GRACE, **opts})  # type: ignore[arg-type]
     ex = ProcessExecutor(args, [PoolSpec("default", ("default",), 1)], options, clock=clock)
-    ex.spawn()
-    try:
-        await ex.start(lambda: None)
+    async with running(ex):
         yield ex
-    finally:
-        ex.abort("test over")
-        await ex.close(0)
 
 
 def test_a_job_ignoring_its_cancel_is_killed_exactly_after_the_grace(
@@ -150,6 +146,18 @@ def test_a_second_crash_within_10_s_is_respawned_only_after_the_backoff(
     asyncio.run(main())
 
 
+class _ReadCountingClock(ManualClock):
+    """Counts ``monotonic()`` reads, so a test can wait for a polling loop to look at the time again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def monotonic(self) -> float:
+        self.reads += 1
+        return super().monotonic()
+
+
 def test_children_not_ready_by_start_timeout_fail_the_start_at_that_instant(
     write_app: Callable[[str, str], Path],
 ) -> None:
@@ -157,7 +165,7 @@ def test_children_not_ready_by_start_timeout_fail_the_start_at_that_instant(
     folder = write_app("rtapp", "import time\ntime.sleep(60)\n")
 
     async def main() -> None:
-        clock = ManualClock()
+        clock = _ReadCountingClock()
         args = ChildArgs(app="rtapp:app", capacity=1, beat=0.2, cwd=str(folder))
         ex = ProcessExecutor(args, [PoolSpec("default", ("default",), 1)], ExecutorOptions(), clock=clock)
         ex.spawn()
@@ -166,7 +174,8 @@ def test_children_not_ready_by_start_timeout_fail_the_start_at_that_instant(
             # Its pipes attached, the start-up loop has taken its deadline (same step): from now on.
             await until(lambda: ex.children()[0]._reader is not None, timeout=10)
             await clock.advance(59.9)
-            await asyncio.sleep(0.1)  # an observation window: several polls of the start-up loop (20 ms)
+            seen = clock.reads  # the start-up loop reads the clock once per poll: let it poll 3 more times
+            await until(lambda: clock.reads >= seen + 3, timeout=10, what="three polls at 59.9 s")
             assert not starting.done()
             await clock.advance(0.1)
             with pytest.raises(RuntimeFailure, match="children not ready after 60s"):

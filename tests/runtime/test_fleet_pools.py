@@ -13,6 +13,7 @@ from conveyor_sdk._runtime.pools import PoolSpec
 from conveyor_sdk._runtime.proc import ChildArgs
 from conveyor_sdk._worker.executor import CancelReason, Job, JobControl, OutcomeKind, TaskData
 from tests._util import eventually
+from tests.runtime._executors import running
 
 APP = """
 import asyncio, os
@@ -48,13 +49,8 @@ async def fleet(
     args = ChildArgs(app="poolapp:app", capacity=capacity, beat=0.2, cwd=str(folder))
     options = ExecutorOptions(kill_grace=0.5, weights=tuple((weights or {}).items()))
     ex = ProcessExecutor(args, pools, options)
-    ex.spawn()
-    try:
-        await ex.start(lambda: None)
+    async with running(ex):
         yield ex
-    finally:
-        ex.abort("test over")
-        await ex.close(0)
 
 
 async def _true(value: bool) -> bool:

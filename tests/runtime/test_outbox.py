@@ -3,9 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+from collections.abc import AsyncIterator
 
 from conveyor_sdk._runtime.outbox import Outbox
+
+
+@contextlib.asynccontextmanager
+async def _pipe() -> AsyncIterator[tuple[asyncio.WriteTransport, int]]:
+    """A pipe: the loop's write transport on one end, the non-blocking read fd of the other."""
+    rfd, wfd = os.pipe()
+    os.set_blocking(rfd, False)
+    loop = asyncio.get_running_loop()
+    writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(wfd, "wb", 0))
+    try:
+        yield writer, rfd
+    finally:
+        writer.close()
+        os.close(rfd)
 
 
 def _readable(fd: int) -> bytes:
@@ -16,11 +32,7 @@ def _readable(fd: int) -> bytes:
 
 
 async def _scenario() -> None:
-    rfd, wfd = os.pipe()
-    os.set_blocking(rfd, False)
-    loop = asyncio.get_running_loop()
-    writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(wfd, "wb", 0))
-    try:
+    async with _pipe() as (writer, rfd):
         box = Outbox(lambda: writer)
         box.send(b"run1")
         assert _readable(rfd) == b"run1"  # written synchronously, in this very turn
@@ -38,9 +50,6 @@ async def _scenario() -> None:
         box.flush()
         await asyncio.sleep(0)
         assert _readable(rfd) == b"late"
-    finally:
-        writer.close()
-        os.close(rfd)
 
 
 def test_first_frame_leaves_before_the_loop_turns() -> None:
@@ -49,11 +58,7 @@ def test_first_frame_leaves_before_the_loop_turns() -> None:
 
 
 async def _soon_scenario() -> None:
-    rfd, wfd = os.pipe()
-    os.set_blocking(rfd, False)
-    loop = asyncio.get_running_loop()
-    writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(wfd, "wb", 0))
-    try:
+    async with _pipe() as (writer, rfd):
         box = Outbox(lambda: writer)
         box.send(b"busy1", soon=True)
         box.send(b"busy2", soon=True)
@@ -65,9 +70,6 @@ async def _soon_scenario() -> None:
         box.send(b"later", soon=True)
         await asyncio.sleep(0)
         assert _readable(rfd) == b"later"
-    finally:
-        writer.close()
-        os.close(rfd)
 
 
 def test_soon_frames_wait_for_the_turn_even_when_first() -> None:

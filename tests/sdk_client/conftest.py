@@ -10,17 +10,10 @@ import pytest
 from conveyor_sdk.testing.memory import MemoryServer
 from conveyor_server_min.config import ServerConfig
 from conveyor_server_min.server import Server
-from conveyor_server_min.service_api import EngineConfig
+from tests.server_engine._harness import FAST
 
-# The timings of tests/conftest.py's FAST_ARGS, as engine settings.
-FAST_ENGINE = EngineConfig(
-    lease_ttl=2.0,
-    reap_interval=0.2,
-    promote_interval=0.1,
-    group_max_size=3,
-    group_grace_period=0.5,
-    group_sweep_interval=0.1,
-)
+# The timings of tests/conftest.py's FAST_ARGS, as engine settings (the engine tests' own).
+FAST_ENGINE = FAST
 
 
 def memory_server(**config: Any) -> MemoryServer:

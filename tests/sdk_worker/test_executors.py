@@ -11,7 +11,7 @@ import pytest
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_sdk._transport.clock import ManualClock
-from conveyor_sdk.testing import ScriptedPeer
+from conveyor_sdk.testing import PeerSession, ScriptedPeer
 from conveyor_sdk.worker import (
     CancelReason,
     Job,
@@ -91,6 +91,23 @@ class RecordingExecutor:
         self.closed = True
 
 
+async def _welcomed_with_one_dispatch(
+    peer: ScriptedPeer, task_id: str, *, heartbeat_ms: int, lease_ms: int
+) -> PeerSession:
+    """Accept the worker's session, take its Hello, send a Welcome with these timings, then one
+    Dispatch of ``task_id`` (type "anything", queue "default")."""
+    sess = await peer.accept()
+    await sess.recv()
+    welcome = pb.ServerMessage()
+    welcome.welcome.heartbeat_interval.FromMilliseconds(heartbeat_ms)
+    welcome.welcome.lease_ttl.FromMilliseconds(lease_ms)
+    await sess.send(welcome)
+    msg = pb.ServerMessage()
+    msg.dispatch.task.CopyFrom(tpb.TaskEnvelope(id=task_id, queue="default", type="anything"))
+    await sess.send(msg)
+    return sess
+
+
 def test_worker_uses_a_pluggable_executor_and_its_wakeup() -> None:
     """Worker(executor=...) parks a job the executor refuses and starts it on the executor's wakeup."""
     ex = RecordingExecutor()
@@ -99,15 +116,7 @@ def test_worker_uses_a_pluggable_executor_and_its_wakeup() -> None:
         async with ScriptedPeer() as peer:
             worker = Worker(peer.url, executor=ex, close_timeout=0.5)
             run = asyncio.create_task(worker.run(Registry()))
-            sess = await peer.accept()
-            await sess.recv()
-            welcome = pb.ServerMessage()
-            welcome.welcome.heartbeat_interval.FromMilliseconds(100)
-            welcome.welcome.lease_ttl.FromMilliseconds(300)
-            await sess.send(welcome)
-            msg = pb.ServerMessage()
-            msg.dispatch.task.CopyFrom(tpb.TaskEnvelope(id="X", queue="default", type="anything"))
-            await sess.send(msg)
+            sess = await _welcomed_with_one_dispatch(peer, "X", heartbeat_ms=100, lease_ms=300)
             hb = await sess.recv()
             assert hb is not None and list(hb.heartbeat.active_task_ids) == ["X"]
             assert ex.ran == [] and worker.statistics()["parked"] == 1
@@ -139,15 +148,7 @@ def test_a_wakeup_starts_the_parked_job_from_the_loop_thread_or_another(from_thr
             clock = ManualClock()
             worker = Worker(peer.url, executor=ex, close_timeout=0.5, clock=clock)
             run = asyncio.create_task(worker.run(Registry()))
-            sess = await peer.accept()
-            await sess.recv()
-            welcome = pb.ServerMessage()
-            welcome.welcome.heartbeat_interval.FromMilliseconds(30_000)
-            welcome.welcome.lease_ttl.FromMilliseconds(90_000)
-            await sess.send(welcome)
-            msg = pb.ServerMessage()
-            msg.dispatch.task.CopyFrom(tpb.TaskEnvelope(id="W", queue="default", type="anything"))
-            await sess.send(msg)
+            sess = await _welcomed_with_one_dispatch(peer, "W", heartbeat_ms=30_000, lease_ms=90_000)
             await until(lambda: worker.statistics()["parked"] == 1, what="the job parked")
             ex.allowed = True
 

@@ -106,15 +106,24 @@ def test_the_promoter_releases_a_scheduled_task_on_its_next_pass() -> None:
     _run(dataclasses.replace(FAST, promote_interval=0.1), body)
 
 
+async def _leased_until_just_before_the_ttl(
+    services: Services, vt: VirtualTime
+) -> tuple[pb.TaskInfo, Worker]:
+    """One task enqueued and dispatched to a fresh worker session, then virtual time to 10 ms short of
+    the lease's ttl."""
+    info = await enqueue(services)
+    w = Worker(services)
+    await w.open()
+    await w.dispatch()
+    await vt.advance(FAST.lease_ttl - 0.01)
+    return info, w
+
+
 def test_the_reaper_charges_a_lapsed_lease_with_a_retry() -> None:
     """Silent-session rule off: a lease not renewed lapses at lease_ttl and the reaper charges a retry."""
 
     async def body(services: Services, vt: VirtualTime) -> None:
-        info = await enqueue(services)
-        w = Worker(services)
-        await w.open()
-        await w.dispatch()
-        await vt.advance(FAST.lease_ttl - 0.01)
+        info, w = await _leased_until_just_before_the_ttl(services, vt)
         assert (await get(services, info.id)).state == S.TASK_STATE_ACTIVE
         await vt.advance(0.01 + FAST.reap_interval)
         lapsed = await get(services, info.id)
@@ -128,11 +137,7 @@ def test_a_silent_session_is_closed_by_the_ticker_and_its_task_released_free() -
     """Nothing heard for one lease_ttl: the ticker ends the session (unavailable); the task goes back free."""
 
     async def body(services: Services, vt: VirtualTime) -> None:
-        info = await enqueue(services)
-        w = Worker(services)
-        await w.open()
-        await w.dispatch()
-        await vt.advance(FAST.lease_ttl - 0.01)
+        info, w = await _leased_until_just_before_the_ttl(services, vt)
         await w.settle()
         assert w.task is not None and not w.task.done()
         await vt.advance(0.01 + FAST.promote_interval)
