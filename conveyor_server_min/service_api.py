@@ -38,12 +38,16 @@ class CallContext:
 
 @dataclass(frozen=True, slots=True)
 class UnaryMethod:
-    """A unary RPC: ``path`` is ``/conveyor.v1.<Service>/<Method>``."""
+    """A unary RPC: ``path`` is ``/conveyor.v1.<Service>/<Method>``.
+
+    ``handler`` returns the response, or an awaitable of it: a handler that never waits may be a
+    plain function, and the HTTP layer then serves a whole Connect request without a coroutine.
+    """
 
     path: str
     request_type: type[Message]
     response_type: type[Message]
-    handler: Callable[[Message, CallContext], Awaitable[Message]]
+    handler: Callable[[Message, CallContext], Awaitable[Message] | Message]
 
 
 @dataclass(frozen=True, slots=True)

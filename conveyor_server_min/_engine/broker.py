@@ -97,6 +97,7 @@ class MemoryBroker:
         self._expiring: list[tuple[int, str]] = []
         self._purge: list[tuple[int, str, int]] = []
         self._timers: list[tuple[int, str]] = []
+        self.timers_added = 0  # entries pushed on _timers so far (the engine tells its timer loop)
         self._active: dict[str, Task] = {}
         self._unique: dict[str, str] = {}
         self._buckets: dict[tuple[str, str], GroupBucket] = {}
@@ -203,6 +204,7 @@ class MemoryBroker:
             delayed = self._delayed.setdefault(task.queue, [])
             heapq.heappush(delayed, (task.due, task.id, task.token))
             heapq.heappush(self._timers, (task.due, task.queue))
+            self.timers_added += 1
 
     def _valid(self, task_id: str, token: int) -> Task | None:
         task = self._tasks.get(task_id)

@@ -105,7 +105,8 @@ class Dispatcher:
     # --- waking ----------------------------------------------------------------------------------
     def mark(self, queue: str) -> None:
         """``queue`` may have gained ready work."""
-        self._dirty[queue] = None
+        if queue in self._serving:  # else no session takes it now; one that comes finds it in work
+            self._dirty[queue] = None
         if queue not in self._has_work:
             self._has_work[queue] = None
             for session in self._serving.get(queue, {}).values():
@@ -116,6 +117,11 @@ class Dispatcher:
         if self._has_work.pop(queue, False) is None:
             for session in self._serving.get(queue, {}).values():
                 session.work.pop(queue, None)
+
+    def may_take(self, queue: str) -> bool:
+        """Whether a session serving ``queue`` has a free slot (a pump may dispatch from it)."""
+        serving = self._serving.get(queue)
+        return serving is not None and any(s.free > 0 for s in serving.values())
 
     def mark_session(self, session: SessionState) -> None:
         """``session`` may have gained a free slot (costs nothing per queue it declared)."""
@@ -143,6 +149,8 @@ class Dispatcher:
         Cost follows the queues that hold ready tasks, never the number of queues a session declared:
         a freed slot looks only at the session's ``work`` (its queues that may hold ready tasks).
         """
+        if not (self._dirty or self._dirty_sessions):
+            return 0
         now = self.clock.now()
         made = 0
         while self._dirty or self._dirty_sessions:

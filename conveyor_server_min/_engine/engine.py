@@ -57,6 +57,7 @@ class Engine:
         self.heartbeat_interval = from_seconds(self.config.lease_ttl) // 3  # as the Welcome announces
         self.silence_bound = round(self.heartbeat_interval * self.config.silent_session_intervals)
         self.on_timer_change: Callable[[], None] = lambda: None
+        self._timers_told: tuple[int, int | None] = (-1, None)  # see pump
         self._grown: list[Task] = []  # AGGREGATING tasks committed since the last _after_commit
         for queue in self.broker.queues_with_due_work(self.started_at):  # rows a store already holds
             self.dispatcher.mark(queue)
@@ -75,26 +76,31 @@ class Engine:
         gauges = Gauges(active=active, sessions=len(self.dispatcher.sessions), pending=pending)
         return render(self.transitions.metrics, gauges)
 
-    def new_id(self) -> str:
-        return self.ids.new()
+    def new_id(self, now: int | None = None) -> str:
+        return self.ids.new(now)
 
     # --- producer --------------------------------------------------------------------------------
     def get(self, task_id: str) -> Task | None:
         return self.broker.get(task_id)
 
     @overload
-    def enqueue(self, task: Task) -> Task: ...
+    def enqueue(self, task: Task, *, now: int | None = None) -> Task: ...
     @overload
-    def enqueue(self, task: Task, view: Callable[[Task], R]) -> R: ...
-    def enqueue(self, task: Task, view: Callable[[Task], Any] | None = None) -> Any:
+    def enqueue(self, task: Task, view: Callable[[Task], R], *, now: int | None = None) -> R: ...
+    def enqueue(
+        self, task: Task, view: Callable[[Task], Any] | None = None, *, now: int | None = None
+    ) -> Any:
         """Commit one validated task; raises AlreadyExists for a repeat id or a held unique key.
 
         ``view`` (e.g. the TaskInfo encoder) sees the task as committed, in its initial state, before
         anything is dispatched (protocol §6.1); without it the live task object is returned.
-        ``view`` runs after the dispatch, on a :meth:`~Task.snapshot` taken before it, so that
-        encoding the reply does not delay a Dispatch to an idle worker.
+        ``view`` runs after the dispatch, so that encoding the reply does not delay a Dispatch to an
+        idle worker: on a :meth:`~Task.snapshot` taken before it when the dispatch may change the
+        task (a session serving its queue has a free slot, or it joined a group), else on the task.
+        ``now``: the caller's reading of the engine's clock, taken just before (one read per call).
         """
-        now = self.clock.now()
+        if now is None:
+            now = self.clock.now()
         if self.broker.get(task.id) is not None:
             raise AlreadyExists(f"task {task.id} already exists")
         if task.unique_key:
@@ -103,9 +109,12 @@ class Engine:
         if view is None:
             self._after_commit(now)
             return task
-        committed = task.snapshot()
+        if task.group or self.dispatcher.may_take(task.queue):
+            committed = task.snapshot()
+            self._after_commit(now)
+            return view(committed)
         self._after_commit(now)
-        return view(committed)
+        return view(task)
 
     @overload
     def enqueue_tx(self, tasks: Sequence[Task]) -> list[Task]: ...
@@ -397,9 +406,14 @@ class Engine:
         self.pump()
 
     def pump(self) -> None:
-        """Dispatch what can go now, then let the timer loop know about new timers."""
+        """Dispatch what can go now, then let the timer loop know if the timers changed."""
         self.dispatcher.pump()
-        self.on_timer_change()
+        timers = (self.broker.timers_added, self.dispatcher.rate_wake)
+        if timers != self._timers_told:
+            # Only an added timer or a new rate wake can make the next timer earlier; a timer that
+            # went away leaves the loop a wake-up too early, which finds nothing to do.
+            self._timers_told = timers
+            self.on_timer_change()
 
     def next_timer(self) -> int | None:
         """Earliest instant at which time alone makes new work dispatchable."""

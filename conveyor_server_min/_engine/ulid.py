@@ -61,8 +61,9 @@ class UlidGenerator:
         self._used = 0
         self._forks = _forks
 
-    def new(self) -> str:
-        millis = max(0, self._clock.now() // 1_000_000) & ((1 << 48) - 1)
+    def new(self, now: int | None = None) -> str:
+        """The next id; ``now`` (epoch nanoseconds): the caller's reading of the same clock."""
+        millis = max(0, (self._clock.now() if now is None else now) // 1_000_000) & ((1 << 48) - 1)
         used = self._used
         if used >= len(self._pool) or self._forks != _forks:
             self._pool, used, self._forks = self._entropy(_POOL_BYTES), 0, _forks

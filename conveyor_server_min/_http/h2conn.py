@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
 from typing import Any
 
 import h2.errors
@@ -209,7 +210,8 @@ class H2Connection:
             st.held = len(body)
             self.held_bytes += len(body)
             self.ack(sid, len(body))
-            task = start_inline(self._run(st, body), f"h2-stream-{sid}")
+            rest = self.router.serve_whole(st, body)
+            task = None if rest is None else start_inline(self._run(st, rest), f"h2-stream-{sid}")
         else:
             st.chunks.append((body, len(body)))  # read by the handler (or refused by read_chunk)
             task = asyncio.get_running_loop().create_task(self._run(st), name=f"h2-stream-{sid}")
@@ -293,9 +295,10 @@ class H2Connection:
         elif st.id in self.streams:
             self._forget(st)  # reset while only unsent response bytes were left
 
-    async def _run(self, st: H2Stream, body: bytes | None = None) -> None:
+    async def _run(self, st: H2Stream, work: Coroutine[Any, Any, None] | None = None) -> None:
+        """Serve ``st`` (``work``: what :meth:`Router.serve_whole` left of it)."""
         try:
-            await (self.router.handle(st) if body is None else self.router.handle(st, body))
+            await (self.router.handle(st) if work is None else work)
         except asyncio.CancelledError:
             pass
         except Exception:

@@ -8,6 +8,7 @@ end-of-stream frame) and when Trailers-Only applies.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -177,6 +178,11 @@ class Reply:
             self.start()
             await io.write(connect_end_frame(error))
             io.finish()
+
+    def fail_now(self, error: ConveyorError) -> None:
+        """Fail a Connect unary call (its error needs no waiting); nothing when the stream is gone."""
+        with contextlib.suppress(ConveyorError):
+            self._connect_unary_error(error)
 
     def _connect_unary_error(self, error: ConveyorError) -> None:
         body = connect_error_body(error)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
@@ -138,14 +138,77 @@ class Router:
                 plain_response(io, 415, "unsupported content-type", [("accept-post", _ACCEPT_POST)])
             return
         reply = Reply(io, neg)
+        await self._guarded(reply, self._dispatch(io, neg, reply, body))
+
+    def serve_whole(self, io: CallIO, body: bytes) -> Coroutine[Any, Any, None] | None:
+        """Serve a request :meth:`runs_inline` accepted, whose whole body is here (and counted as
+        read), as far as it goes without waiting: None once it is answered, else the coroutine that
+        finishes it (its caller runs it as it would run :meth:`handle`).
+
+        A Connect unary call whose handler answers without waiting (an in-memory Enqueue) is served
+        here with no coroutine and no task; every other format goes through :meth:`handle`.
+        """
+        neg = negotiate(io.headers.get("content-type"))
+        if neg is None or neg.wire is not Wire.CONNECT_UNARY:
+            return self.handle(io, body)
+        reply = Reply(io, neg)
         try:
-            await self._dispatch(io, neg, reply, body)
+            route = self._route(io, neg)
+            if route is None:
+                return None
+            unary = route[0]
+            assert unary is not None  # runs_inline: a unary path; _admit: a Connect unary content-type
+            if len(body) > self.max_message:
+                raise ResourceExhausted(f"request body exceeds the limit of {self.max_message} bytes")
+            data = decompress(io.headers.get(neg.compression_header), body, self.max_message)
+            request = neg.codec.decode(data, unary.request_type)
+            timeout = parse_timeout(Wire.CONNECT_UNARY, io.headers)
+            call = unary.handler(request, route[2])
+            if type(call) is CoroutineType:
+                try:
+                    waiting_on = call.send(None)
+                except StopIteration as done:
+                    call = done.value
+                else:
+                    return self._guarded(reply, self._finish_unary(reply, neg, call, waiting_on, timeout))
+            payload = neg.codec.encode(call)
+            if not reply.whole(payload):
+                return self._guarded(reply, reply.unary(payload))
+        except ConveyorError as exc:
+            reply.fail_now(exc)
+        except Exception:
+            log.exception("handler for %s failed", io.path)
+            reply.fail_now(Internal("internal error"))
+        return None
+
+    async def _finish_unary(
+        self,
+        reply: Reply,
+        neg: Negotiated,
+        call: CoroutineType[Any, Any, Any],
+        waiting_on: Any,
+        deadline: float | None,
+    ) -> None:
+        """The rest of a unary handler whose first step (run by :meth:`serve_whole`) had to wait;
+        ``deadline``: the caller's, in seconds."""
+        if deadline is None:
+            response = await Continuation.after(call, waiting_on)
+        else:
+            response = await _resume_timed(call, waiting_on, deadline)
+        payload = neg.codec.encode(response)
+        if not reply.whole(payload):
+            await reply.unary(payload)
+
+    async def _guarded(self, reply: Reply, work: Coroutine[Any, Any, None]) -> None:
+        """``work`` for a call, its errors answered as :meth:`handle` answers them."""
+        try:
+            await work
         except ConveyorError as exc:
             await self._fail(reply, exc)
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("handler for %s failed", io.path)
+            log.exception("handler for %s failed", reply.io.path)
             await self._fail(reply, Internal("internal error"))
 
     async def _fail(self, reply: Reply, error: ConveyorError) -> None:
@@ -171,24 +234,9 @@ class Router:
         wire = neg.wire
         encoding = io.headers.get(neg.compression_header)
         if unary is not None:
-            if body is not None and wire is Wire.CONNECT_UNARY:  # all there: no reading, no awaiting
-                if len(body) > self.max_message:
-                    raise ResourceExhausted(f"request body exceeds the limit of {self.max_message} bytes")
-                data = decompress(encoding, body, self.max_message)
-                request = neg.codec.decode(data, unary.request_type)
-            else:
-                request = await self._read_unary(io, neg, unary.request_type, encoding, body)
+            request = await self._read_unary(io, neg, unary.request_type, encoding, body)
             timeout = parse_timeout(wire, io.headers)
-            call = unary.handler(request, ctx)
-            if timeout is not None and type(call) is CoroutineType:  # as _with_timeout, in this frame
-                try:
-                    waiting_on = call.send(None)
-                except StopIteration as done:
-                    response = done.value
-                else:
-                    response = await _resume_timed(call, waiting_on, timeout)
-            else:
-                response = await (call if timeout is None else _timed(call, timeout))
+            response = await _with_timeout(unary.handler(request, ctx), timeout)
             payload = neg.codec.encode(response)
             if not reply.whole(payload):
                 await reply.unary(payload)
@@ -328,6 +376,8 @@ async def _with_timeout(awaitable: Any, seconds: float | None) -> Message:
     Enqueue) finish in their first step, and a timeout can only fire at a suspension point, so
     their result is the same without paying for the timer (~4 us a call).
     """
+    if isinstance(awaitable, Message):  # a handler that answers without waiting
+        return awaitable
     if seconds is None:
         result: Message = await awaitable
         return result

@@ -12,6 +12,8 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 
+from google.protobuf.message import Message
+
 from conveyor_server_min._engine.clock import Clock, SystemClock
 from conveyor_server_min._engine.engine import Engine
 from conveyor_server_min._engine.store import SqliteBroker
@@ -75,7 +77,8 @@ class Services:
 
         async def call(req, ctx):  # type: ignore[no-untyped-def]
             try:
-                return await handler(req, ctx)
+                result = handler(req, ctx)
+                return result if isinstance(result, Message) else await result
             finally:
                 if admin:
                     keeper.save()

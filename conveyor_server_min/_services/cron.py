@@ -102,7 +102,7 @@ class CronService:
         entry.queue = entry.queue or "default"
         # the options a fired task would carry must pass Enqueue validation now, not fail every tick
         engine = self.engine
-        build_task(_request(entry, 0), now=engine.now(), new_id=lambda: "", default_max_retry=0)
+        build_task(_request(entry, 0), now=engine.now(), new_id=lambda _now: "", default_max_retry=0)
         self.entries[entry.id] = Entry(entry, schedule)
         return pb.UpsertCronResponse()
 

@@ -39,17 +39,20 @@ class TaskService:
             UnaryMethod(_PREFIX + "GetTask", pb.GetTaskRequest, pb.GetTaskResponse, self.get_task),
         ]
 
-    def _build(self, req: pb.EnqueueRequest) -> Task:
+    def _build(self, req: pb.EnqueueRequest, now: int | None = None) -> Task:
         engine = self.engine
         return build_task(
             req,
-            now=engine.clock.now(),
+            now=engine.clock.now() if now is None else now,
             new_id=engine.new_id,
             default_max_retry=engine.config.default_max_retry,
         )
 
-    async def enqueue(self, req: pb.EnqueueRequest, ctx: CallContext) -> pb.EnqueueResponse:
-        return pb.EnqueueResponse(task=self.engine.enqueue(self._build(req), task_info))
+    def enqueue(self, req: pb.EnqueueRequest, ctx: CallContext) -> pb.EnqueueResponse:
+        # A plain function (see UnaryMethod): the engine commits in memory, nothing to wait for.
+        engine = self.engine
+        now = engine.clock.now()
+        return pb.EnqueueResponse(task=engine.enqueue(self._build(req, now), task_info, now=now))
 
     async def enqueue_batch(self, req: pb.EnqueueBatchRequest, ctx: CallContext) -> pb.EnqueueBatchResponse:
         check_batch_size(len(req.tasks))

@@ -208,7 +208,7 @@ def _dependencies(req: pb.EnqueueRequest) -> tuple[Dependency, ...]:
 
 
 def build_task(
-    req: pb.EnqueueRequest, *, now: int, new_id: Callable[[], str], default_max_retry: int
+    req: pb.EnqueueRequest, *, now: int, new_id: Callable[[int], str], default_max_retry: int
 ) -> Task:
     """Validate ``req`` (upstream checks in upstream order, then sizes, then times) and return the task
     with server defaults applied. Every failure is InvalidArgument; nothing is committed here."""
@@ -220,7 +220,7 @@ def build_task(
     # Positional, in Task's field order (tests/server_engine/test_build_task.py): twenty keywords
     # cost the call as much again as the arguments.
     return Task(
-        req.task_id or new_id(),  # id
+        req.task_id or new_id(now),  # id
         queue,
         req.type,
         now,  # enqueued_at

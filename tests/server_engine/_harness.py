@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from google.protobuf.message import Message
+
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import ConveyorError
 from conveyor_server_min._engine.clock import FakeClock
@@ -35,7 +37,8 @@ def make(
 
 async def call(services: Services, path: str, req: Any) -> Any:
     method = services.unary[path if path.startswith("/") else _guess(path)]
-    return await method.handler(req, CTX)
+    result = method.handler(req, CTX)
+    return result if isinstance(result, Message) else await result
 
 
 def _guess(name: str) -> str:

@@ -37,7 +37,7 @@ def test_every_field_lands_where_it_belongs() -> None:
         concurrency_key="the-concurrency-key",
         retry_policy=tpb.RetryPolicy(strategy=1, base=_seconds(2), max=_seconds(3)),
     )
-    task = build_task(req, now=NOW, new_id=lambda: "unused", default_max_retry=25)
+    task = build_task(req, now=NOW, new_id=lambda _now: "unused", default_max_retry=25)
     assert (task.id, task.queue, task.type, task.enqueued_at) == ("the-id", "the-queue", "the-type", NOW)
     assert (task.payload, task.content_type) == (b"the-payload", "the/content-type")
     assert task.metadata == {"k": "v"}
@@ -56,7 +56,7 @@ def test_every_field_lands_where_it_belongs() -> None:
 def test_group_and_defaults() -> None:
     """A grouped task keeps its group; unset fields take the server defaults (id, queue, retries...)."""
     req = pb.EnqueueRequest(type="t", group="the-group")
-    task = build_task(req, now=NOW, new_id=lambda: "new-id", default_max_retry=25)
+    task = build_task(req, now=NOW, new_id=lambda _now: "new-id", default_max_retry=25)
     assert (task.id, task.queue, task.group, task.concurrency_key) == ("new-id", "default", "the-group", "")
     assert (task.max_retry, task.priority, task.metadata, task.depends_on) == (25, 4, {}, ())
     assert (task.timeout, task.process_at, task.expires_at, task.retry_policy) == (None, None, None, None)

@@ -9,7 +9,7 @@ from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
 from conveyor_server_min._engine.clock import FakeClock
 from conveyor_server_min._engine.engine import Engine
-from conveyor_server_min._engine.model import FailurePolicy, State, Task
+from conveyor_server_min._engine.model import FailurePolicy, Outcome, State, Task
 from conveyor_server_min._services.convert import task_info
 from tests.server_engine._harness import Worker, call, get, make
 
@@ -140,3 +140,50 @@ def test_snapshot_is_independent_of_the_live_row() -> None:
         {"k": "v"},
         {"p": FailurePolicy.BLOCK},
     )
+
+
+def test_the_reply_is_encoded_from_the_row_when_no_slot_can_take_the_task() -> None:
+    """With every slot serving the queue taken (or no session at all), nothing can change the task
+    before its reply: the view gets the committed row itself, and the task waits for a slot."""
+    log: list[str] = []
+    engine = Engine(clock=FakeClock())
+    session = engine.open_session(
+        queues={"q": 1}, concurrency=1, sink=lambda action: log.append(f"dispatch {action.task.id}")
+    )
+    engine.start_session(session)
+    seen: list[Task] = []
+
+    def view(task: Task) -> str:
+        seen.append(task)
+        return task.state.name
+
+    assert engine.enqueue(_task("first"), view) == "PENDING"  # a free slot: viewed on a snapshot
+    assert seen[-1] is not engine.get("first")
+    assert engine.enqueue(_task("second"), view) == "PENDING"  # the only slot is taken
+    assert seen[-1] is engine.get("second")
+    other = _task("elsewhere")
+    other.queue = "nobody-serves-this"
+    assert engine.enqueue(other, view) == "PENDING"
+    assert seen[-1] is engine.get("elsewhere")
+    assert log == ["dispatch first"]
+    engine.result(session, "first", Outcome.SUCCESS, "", b"")  # frees the slot
+    assert log == ["dispatch first", "dispatch second"]
+
+
+def test_the_timer_loop_hears_of_new_timers_only() -> None:
+    """Engine.pump tells the timer loop (``on_timer_change``) when a delayed task or a rate wake
+    was added, not after every commit: a plain Enqueue adds no timer."""
+    engine = Engine(clock=FakeClock())
+    told: list[int | None] = []
+    engine.on_timer_change = lambda: told.append(engine.next_timer())
+    engine.pump()
+    assert told == [None]  # the first pump always tells
+    for name in "abc":
+        engine.enqueue(_task(name))
+    assert told == [None]
+    session = engine.open_session(queues={"q": 1}, concurrency=1, sink=lambda action: None)
+    engine.start_session(session)
+    assert told == [None]  # "a" went to the session: still no timer
+    engine.result(session, "a", Outcome.RETRY, "again", b"")  # a retry with a backoff
+    assert len(told) == 2 and told[-1] is not None
+    assert told[-1] == engine.broker.next_timer()
