@@ -52,9 +52,13 @@ class _Transport:
 
 
 def _requests(client: h2.connection.H2Connection, count: int) -> list[bytes]:
-    body = pb.EnqueueRequest(type="noop", queue="ab").SerializeToString()
     out = []
     for i in range(count):
+        # As the SDK's ``client.enqueue("noop", b"", queue="ab")`` sends it: its own id, a content type.
+        request = pb.EnqueueRequest(
+            task_id=f"{i:026d}", type="noop", queue="ab", content_type="application/octet-stream"
+        )
+        body = request.SerializeToString()
         sid = client.get_next_available_stream_id()
         client.send_headers(sid, HEADERS)
         client.outbound_flow_control_window = 1 << 30  # the harness never reads the server's acks

@@ -82,6 +82,13 @@ def _check(req: pb.EnqueueRequest, queue: str, present: frozenset[str]) -> None:
 
     ``present`` names the message fields that are set (one ListFields call instead of many HasField).
     """
+    _check_names(req, queue)
+    if not present.isdisjoint(_CHECKED_OPTIONS):
+        _check_options(req, present)
+
+
+def _check_names(req: pb.EnqueueRequest, queue: str) -> None:
+    """The first upstream checks: type, queue and payload."""
     if not req.type:
         raise InvalidArgument("task type is required")
     if len(req.type) * 4 > MAX_NAME:  # check_size's own first test: only a long type needs the call
@@ -92,6 +99,17 @@ def _check(req: pb.EnqueueRequest, queue: str, present: frozenset[str]) -> None:
             f"payload is {len(req.payload)} bytes, the maximum is {MAX_PAYLOAD}; "
             "store large data elsewhere and enqueue a reference to it"
         )
+
+
+# The fields the rest of the upstream checks read: with none of them set, every check passes.
+_CHECKED_OPTIONS = frozenset(
+    {"process_at", "process_in", "expires_at", "expires_in", "group", "concurrency_key", "max_retry",
+     "priority", "depends_on"}
+)  # fmt: skip
+
+
+def _check_options(req: pb.EnqueueRequest, present: frozenset[str]) -> None:
+    """The upstream checks after the names, in their order."""
     if "process_at" in present and "process_in" in present:
         raise InvalidArgument("process_at and process_in are mutually exclusive")
     if "expires_at" in present and "expires_in" in present:
@@ -112,9 +130,13 @@ def _check(req: pb.EnqueueRequest, queue: str, present: frozenset[str]) -> None:
         raise InvalidArgument("a dependency must name a task id")
 
 
+_SHORT = MAX_NAME // 4  # a code point is at most 4 bytes: a string this short is within every limit
+_PLAIN = frozenset({"type", "queue", "payload", "content_type", "task_id"})
+
+
 def _check_sizes(req: pb.EnqueueRequest) -> None:
     """This server's string bounds (see :mod:`.bounds`), after the upstream checks."""
-    short = MAX_NAME // 4  # a code point is at most 4 bytes: anything this short is within every limit
+    short = _SHORT
     if not (
         len(req.task_id) > short
         or len(req.unique_key) > short
@@ -214,6 +236,22 @@ def build_task(
     with server defaults applied. Every failure is InvalidArgument; nothing is committed here."""
     queue = req.queue or DEFAULT_QUEUE
     present = frozenset(map(_NAME, map(_FIELD, req.ListFields())))  # C getters: no comprehension frame
+    if present <= _PLAIN:  # what a producer sends by default: every option keeps its default
+        _check_names(req, queue)
+        task_id, content_type = req.task_id, req.content_type
+        if len(task_id) > _SHORT or len(content_type) > _SHORT:
+            _check_sizes(req)
+        return Task(
+            task_id or new_id(now),
+            queue,
+            req.type,
+            now,
+            req.payload,
+            content_type,
+            {},
+            default_max_retry,
+            DEFAULT_PRIORITY,
+        )
     _check(req, queue, present)
     _check_sizes(req)
     times = _times(req, now, present)

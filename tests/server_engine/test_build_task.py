@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._gen.conveyor.v1 import task_pb2 as tpb
+from conveyor_sdk.errors import InvalidArgument
 from conveyor_server_min._engine.clock import NANOS
-from conveyor_server_min._engine.model import Dependency, FailurePolicy, RetryPolicy
+from conveyor_server_min._engine.model import Dependency, FailurePolicy, RetryPolicy, _task_values
 from conveyor_server_min._services.validate import build_task
 
 NOW = 1_800_000_000 * NANOS
@@ -60,3 +64,34 @@ def test_group_and_defaults() -> None:
     assert (task.id, task.queue, task.group, task.concurrency_key) == ("new-id", "default", "the-group", "")
     assert (task.max_retry, task.priority, task.metadata, task.depends_on) == (25, 4, {}, ())
     assert (task.timeout, task.process_at, task.expires_at, task.retry_policy) == (None, None, None, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    task_id=st.text(max_size=80),
+    queue=st.sampled_from(["", "q", "a.b-c_d", "-bad", "x" * 300]),
+    type_=st.text(max_size=70),
+    payload=st.binary(max_size=64),
+    content_type=st.text(max_size=80),
+)
+def test_a_plain_request_builds_what_the_full_path_builds(
+    task_id: str, queue: str, type_: str, payload: bytes, content_type: str
+) -> None:
+    """A request holding only names, payload and id (the SDK's default) takes a short path: the same
+    task, or the same error, as the same request with its options spelled out at their defaults."""
+    plain = pb.EnqueueRequest(
+        task_id=task_id, queue=queue, type=type_, payload=payload, content_type=content_type
+    )
+    spelled = pb.EnqueueRequest()
+    spelled.CopyFrom(plain)
+    spelled.priority, spelled.max_retry = 4, 25  # set: the request leaves the short path
+
+    def build(req: pb.EnqueueRequest) -> object:
+        try:
+            return _task_values(
+                build_task(req, now=NOW, new_id=lambda now: f"id-{now}", default_max_retry=25)
+            )
+        except InvalidArgument as exc:
+            return exc.message
+
+    assert build(plain) == build(spelled)
