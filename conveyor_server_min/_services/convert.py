@@ -19,10 +19,12 @@ from conveyor_server_min._engine.model import Task, TaskEvent
 __all__ = [
     "duration",
     "duration_ns",
+    "enqueue_response",
     "envelope",
     "event_message",
     "fill_envelope",
     "fill_options",
+    "fill_task_info",
     "instant_after",
     "set_timestamp",
     "task_info",
@@ -105,28 +107,44 @@ def instant_after(now: int, delta: int, field: str) -> int:
 
 
 def task_info(task: Task) -> pb.TaskInfo:
-    info = pb.TaskInfo(
-        id=task.id,
-        queue=task.queue,
-        type=task.type,
-        state=int(task.state),
-        priority=task.priority,
-        retried=task.retried,
-        max_retry=task.max_retry,
-        last_error=task.last_error,
-        enqueued_at=timestamp(task.enqueued_at),
-        payload=task.payload,
-        content_type=task.content_type,
-        progress=task.progress,
-        progress_message=task.progress_message,
-    )
-    if task.process_at is not None:
-        info.process_at.CopyFrom(timestamp(task.process_at))
-    if task.completed_at is not None:
-        info.completed_at.CopyFrom(timestamp(task.completed_at))
-    if task.started_at is not None:
-        info.started_at.CopyFrom(timestamp(task.started_at))
+    info = pb.TaskInfo()
+    fill_task_info(info, task)
     return info
+
+
+def enqueue_response(task: Task) -> pb.EnqueueResponse:
+    """The Enqueue reply for ``task``, written in place (``EnqueueResponse(task=info)`` would copy it)."""
+    response = pb.EnqueueResponse()
+    fill_task_info(response.task, task)
+    return response
+
+
+def fill_task_info(info: pb.TaskInfo, task: Task) -> None:
+    """Write ``task`` into an empty TaskInfo in place (fields that are often at their default only when
+    they are not: proto3 sends no default anyway)."""
+    info.id = task.id
+    info.queue = task.queue
+    info.type = task.type
+    info.state = task.state
+    info.priority = task.priority
+    info.max_retry = task.max_retry
+    if task.retried:
+        info.retried = task.retried
+    if task.last_error:
+        info.last_error = task.last_error
+    set_timestamp(info.enqueued_at, task.enqueued_at)
+    info.payload = task.payload
+    info.content_type = task.content_type
+    if task.progress:
+        info.progress = task.progress
+    if task.progress_message:
+        info.progress_message = task.progress_message
+    if task.process_at is not None:
+        set_timestamp(info.process_at, task.process_at)
+    if task.completed_at is not None:
+        set_timestamp(info.completed_at, task.completed_at)
+    if task.started_at is not None:
+        set_timestamp(info.started_at, task.started_at)
 
 
 def task_info_safe(task: Task) -> pb.TaskInfo:

@@ -6,11 +6,13 @@ when an idle worker takes the task at once (the engine encodes them from a snaps
 
 from __future__ import annotations
 
+from functools import partial
+
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk.errors import ConveyorError, InvalidArgument, NotFound
 from conveyor_server_min._engine.engine import Engine
 from conveyor_server_min._engine.model import Task
-from conveyor_server_min._services.convert import task_info, task_info_safe
+from conveyor_server_min._services.convert import enqueue_response, fill_task_info, task_info, task_info_safe
 from conveyor_server_min._services.validate import build_task, check_batch_size
 from conveyor_server_min.service_api import CallContext, UnaryMethod
 
@@ -52,19 +54,18 @@ class TaskService:
         # A plain function (see UnaryMethod): the engine commits in memory, nothing to wait for.
         engine = self.engine
         now = engine.clock.now()
-        return pb.EnqueueResponse(task=engine.enqueue(self._build(req, now), task_info, now=now))
+        return engine.enqueue(self._build(req, now), enqueue_response, now=now)
 
     async def enqueue_batch(self, req: pb.EnqueueBatchRequest, ctx: CallContext) -> pb.EnqueueBatchResponse:
         check_batch_size(len(req.tasks))
-        results = []
+        response = pb.EnqueueBatchResponse()
         for item in req.tasks:
+            result = response.results.add()
             try:
-                info = self.engine.enqueue(self._build(item), task_info)
-            except ConveyorError as exc:
-                results.append(pb.EnqueueResult(error=exc.message or exc.code.connect_name))
-            else:
-                results.append(pb.EnqueueResult(task=info))
-        return pb.EnqueueBatchResponse(results=results)
+                self.engine.enqueue(self._build(item), partial(fill_task_info, result.task))
+            except ConveyorError as exc:  # raised before anything was written into result.task
+                result.error = exc.message or exc.code.connect_name
+        return response
 
     async def enqueue_tx(self, req: pb.EnqueueTxRequest, ctx: CallContext) -> pb.EnqueueTxResponse:
         check_batch_size(len(req.tasks))

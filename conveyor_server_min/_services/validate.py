@@ -82,21 +82,22 @@ def _check(req: pb.EnqueueRequest, queue: str, present: frozenset[str]) -> None:
 
     ``present`` names the message fields that are set (one ListFields call instead of many HasField).
     """
-    _check_names(req, queue)
+    _check_names(req.type, queue, req.payload)
     if not present.isdisjoint(_CHECKED_OPTIONS):
         _check_options(req, present)
 
 
-def _check_names(req: pb.EnqueueRequest, queue: str) -> None:
-    """The first upstream checks: type, queue and payload."""
-    if not req.type:
+def _check_names(task_type: str, queue: str, payload: bytes) -> None:
+    """The first upstream checks: type, queue and payload (read once by the caller: every read of a
+    message field makes a new object, and a payload's is a copy)."""
+    if not task_type:
         raise InvalidArgument("task type is required")
-    if len(req.type) * 4 > MAX_NAME:  # check_size's own first test: only a long type needs the call
-        check_size("task type", req.type, MAX_NAME)
+    if len(task_type) * 4 > MAX_NAME:  # check_size's own first test: only a long type needs the call
+        check_size("task type", task_type, MAX_NAME)
     check_queue_name(queue)
-    if len(req.payload) > MAX_PAYLOAD:
+    if len(payload) > MAX_PAYLOAD:
         raise InvalidArgument(
-            f"payload is {len(req.payload)} bytes, the maximum is {MAX_PAYLOAD}; "
+            f"payload is {len(payload)} bytes, the maximum is {MAX_PAYLOAD}; "
             "store large data elsewhere and enqueue a reference to it"
         )
 
@@ -237,16 +238,17 @@ def build_task(
     queue = req.queue or DEFAULT_QUEUE
     present = frozenset(map(_NAME, map(_FIELD, req.ListFields())))  # C getters: no comprehension frame
     if present <= _PLAIN:  # what a producer sends by default: every option keeps its default
-        _check_names(req, queue)
+        task_type, payload = req.type, req.payload
+        _check_names(task_type, queue, payload)
         task_id, content_type = req.task_id, req.content_type
         if len(task_id) > _SHORT or len(content_type) > _SHORT:
             _check_sizes(req)
         return Task(
             task_id or new_id(now),
             queue,
-            req.type,
+            task_type,
             now,
-            req.payload,
+            payload,
             content_type,
             {},
             default_max_retry,
