@@ -85,9 +85,10 @@ class Router:
         self.web: AsgiBridge | None = None
         self._rpc_paths = frozenset((*services.unary, *services.server_streams, SESSION_PATH))
         self._admitted: set[tuple[str, str, bool, bool, bool]] = set()  # see _dispatch
-        # The last call's CallContext: an HTTP/2 connection hands every request whose header block
-        # repeats the last one the same header mapping, and a CallContext is immutable.
-        self._last_ctx: CallContext | None = None
+        # The last admitted call's route: an HTTP/2 connection hands every request whose header block
+        # repeats the last one the same header mapping (never mutated), which names the path, the
+        # content type and the credentials; the tokens never change; a CallContext is immutable.
+        self._last_route: tuple[UnaryMethod | None, ServerStreamMethod | None, CallContext] | None = None
 
     def rejects_before_body(self, method: str, authorization: str | None) -> bool:
         """Whether an RPC will be refused whatever its body (a POST without valid credentials).
@@ -151,7 +152,6 @@ class Router:
         neg = negotiate(io.headers.get("content-type"))
         if neg is None or neg.wire is not Wire.CONNECT_UNARY:
             return self.handle(io, body)
-        reply = Reply(io, neg)
         try:
             route = self._route(io, neg)
             if route is None:
@@ -170,15 +170,17 @@ class Router:
                 except StopIteration as done:
                     call = done.value
                 else:
+                    reply = Reply(io, neg)
                     return self._guarded(reply, self._finish_unary(reply, neg, call, waiting_on, timeout))
             payload = neg.codec.encode(call)
-            if not reply.whole(payload):
+            if not io.respond_whole(neg.content_type, payload):  # as Reply.whole, for this one format
+                reply = Reply(io, neg)
                 return self._guarded(reply, reply.unary(payload))
         except ConveyorError as exc:
-            reply.fail_now(exc)
+            Reply(io, neg).fail_now(exc)
         except Exception:
             log.exception("handler for %s failed", io.path)
-            reply.fail_now(Internal("internal error"))
+            Reply(io, neg).fail_now(Internal("internal error"))
         return None
 
     async def _finish_unary(
@@ -260,6 +262,9 @@ class Router:
     ) -> tuple[UnaryMethod | None, ServerStreamMethod | None, CallContext] | None:
         """The call's method (unary, server-streaming, or neither: the Session) and its handler's
         context, once admitted and authenticated; None when it was answered (415) already."""
+        last = self._last_route
+        if last is not None and last[2].headers is io.headers and last[2].peer == io.peer:
+            return last  # the same header mapping from the same caller (see __init__)
         path = io.path
         unary = self.services.unary.get(path)
         stream = None if unary is not None else self.services.server_streams.get(path)
@@ -268,19 +273,17 @@ class Router:
             if not self._admit(io, neg, unary is not None, stream is not None):
                 return None
             # _admit's verdict depends on nothing else, and the keys are finite (served paths times
-            # the canonical content types, one per format): later calls check only credentials.
+            # the canonical content types, one per format): later ones check only credentials.
             self._admitted.add(key)
         denied = self.auth.check(io.headers.get("authorization"))
         if denied is not None:
             raise denied
-        ctx = self._last_ctx  # the same again for the same caller and header mapping (see __init__)
-        if ctx is None or ctx.headers is not io.headers or ctx.peer != io.peer:
-            ctx = self._last_ctx = CallContext(peer=io.peer, headers=io.headers)
-        return unary, stream, ctx
+        route = self._last_route = (unary, stream, CallContext(peer=io.peer, headers=io.headers))
+        return route
 
     def _admit(self, io: CallIO, neg: Negotiated, unary: bool, stream: bool) -> bool:
         """Raise (or answer 415 and return False) when the call cannot go to its handler whoever
-        makes it (the credentials are checked after this, on every call)."""
+        makes it (the credentials are checked after this, for every new header mapping)."""
         wire, path = neg.wire, io.path
         is_session = not unary and not stream and path == SESSION_PATH
         if not unary and not stream and not is_session:

@@ -15,7 +15,7 @@ from conveyor_sdk._gen.conveyor.v1.service_connect import TaskServiceClient
 from conveyor_server_min._http.auth import Authenticator
 
 from .fakes import ENQUEUE, SESSION, ThreadServer
-from .h2client import H2Client
+from .h2client import H2Client, StreamState
 
 BAD_HEADERS = [
     {},
@@ -100,3 +100,30 @@ def test_authenticator_unit() -> None:
     for bad in (None, "", "Bearer", "Bearer ", "Bearer b", "Bearer a ", "bearer a", "Token a"):
         err = auth.check(bad)
         assert err is not None and err.code.connect_name == "unauthenticated"
+
+
+def test_credentials_are_judged_for_every_request_on_one_connection(auth_server: ThreadServer) -> None:
+    """Requests sent whole (HEADERS + DATA in one write) on one HTTP/2 connection, good and bad tokens
+    interleaved and repeated: the server reuses what it decided for a header block it saw last, but a
+    changed block is judged afresh, so every request gets its own verdict."""
+    body = pb.EnqueueRequest(type="t").SerializeToString()
+    tokens = ["s3cret", "s3cret", "wrong", "wrong", "other", None, "s3cret", "s3cret"]
+
+    async def main() -> list[str]:
+        client = await H2Client().connect("127.0.0.1", auth_server.port)
+        statuses = []
+        for token in tokens:
+            sid = client.conn.get_next_available_stream_id()
+            headers = [(":method", "POST"), (":scheme", "http"), (":authority", "test"), (":path", ENQUEUE),
+                       ("content-type", "application/proto")]  # fmt: skip
+            if token is not None:
+                headers.append(("authorization", f"Bearer {token}"))
+            client.streams[sid] = StreamState()
+            client.conn.send_headers(sid, headers)
+            client.conn.send_data(sid, body, end_stream=True)
+            await client._flush()  # one write: the whole request arrives in one read
+            statuses.append((await client.wait(sid)).headers[":status"])
+        await client.close()
+        return statuses
+
+    assert asyncio.run(main()) == ["200", "200", "401", "401", "200", "401", "200", "200"]
