@@ -21,7 +21,6 @@ from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._h2kernel.eager import Continuation
 from conveyor_sdk.errors import (
     ConveyorError,
-    DeadlineExceeded,
     Internal,
     InvalidArgument,
     ResourceExhausted,
@@ -30,7 +29,7 @@ from conveyor_sdk.errors import (
 from conveyor_server_min.service_api import CallContext, ServerStreamMethod, ServiceSet, UnaryMethod
 
 from .auth import Authenticator
-from .inline import handoff
+from .deadline import resume_timed, with_timeout
 from .reply import CallIO, Reply, plain_response
 from .wire import FLAG_END_STREAM, MessageDecoder, Negotiated, Wire, decompress, negotiate, parse_timeout
 
@@ -196,7 +195,7 @@ class Router:
         if deadline is None:
             response = await Continuation.after(call, waiting_on)
         else:
-            response = await _resume_timed(call, waiting_on, deadline)
+            response = await resume_timed(call, waiting_on, deadline)
         payload = neg.codec.encode(response)
         if not reply.whole(payload):
             await reply.unary(payload)
@@ -238,7 +237,7 @@ class Router:
         if unary is not None:
             request = await self._read_unary(io, neg, unary.request_type, encoding, body)
             timeout = parse_timeout(wire, io.headers)
-            response = await _with_timeout(unary.handler(request, ctx), timeout)
+            response = await with_timeout(unary.handler(request, ctx), timeout)
             payload = neg.codec.encode(response)
             if not reply.whole(payload):
                 await reply.unary(payload)
@@ -370,46 +369,3 @@ class Router:
         if len(messages) != 1:
             raise InvalidArgument(f"expected exactly one request message, got {len(messages)}")
         return neg.codec.decode(messages[0], cls)
-
-
-async def _with_timeout(awaitable: Any, seconds: float | None) -> Message:
-    """Await a handler under the caller's deadline.
-
-    The deadline timer is armed only if the handler has to wait: most handlers (an in-memory
-    Enqueue) finish in their first step, and a timeout can only fire at a suspension point, so
-    their result is the same without paying for the timer (~4 us a call).
-    """
-    if isinstance(awaitable, Message):  # a handler that answers without waiting
-        return awaitable
-    if seconds is None:
-        result: Message = await awaitable
-        return result
-    if not isinstance(awaitable, CoroutineType):
-        return await _timed(awaitable, seconds)
-    try:
-        waiting_on = awaitable.send(None)
-    except StopIteration as done:
-        finished: Message = done.value
-        return finished
-    return await _resume_timed(awaitable, waiting_on, seconds)
-
-
-async def _resume_timed(coro: CoroutineType[Any, Any, Any], waiting_on: Any, seconds: float) -> Message:
-    """The rest of a handler whose first step (already taken) suspended on ``waiting_on``: from
-    here on under the deadline, which needs a task for its timer."""
-    resumed = Continuation.after(coro, waiting_on)
-    try:
-        await handoff()  # started inline by the transport (see .inline): the timer needs a task
-    except BaseException:
-        coro.close()
-        raise
-    return await _timed(resumed, seconds)
-
-
-async def _timed(awaitable: Any, seconds: float) -> Message:
-    try:
-        async with asyncio.timeout(seconds):
-            result: Message = await awaitable
-    except TimeoutError:
-        raise DeadlineExceeded(f"call exceeded its {seconds:g}s deadline") from None
-    return result

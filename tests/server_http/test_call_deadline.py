@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from conveyor_sdk.errors import DeadlineExceeded, NotFound
-from conveyor_server_min._http.rpc import _with_timeout
+from conveyor_server_min._http.deadline import with_timeout as _with_timeout
 
 
 async def _at_once() -> str:

@@ -12,8 +12,8 @@ import pytest
 from conveyor_sdk._gen.conveyor.v1 import service_pb2 as pb
 from conveyor_sdk._protocol.framing import encode_frame
 from conveyor_sdk.errors import DeadlineExceeded
+from conveyor_server_min._http.deadline import with_timeout as _with_timeout
 from conveyor_server_min._http.inline import handoff, start_inline
-from conveyor_server_min._http.rpc import _with_timeout
 
 from .fakes import ENQUEUE, FakeServices, ThreadServer
 from .h2client import H2Client, StreamState
