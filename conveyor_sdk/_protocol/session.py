@@ -97,6 +97,7 @@ __all__ = [
 ]
 
 DEFAULT_LEASE_TTL = 60.0
+_INF = float("inf")
 
 
 class Phase(enum.Enum):
@@ -163,6 +164,11 @@ class WorkerSession:
         self._next_heartbeat: float | None = None
         self._last_heartbeat = 0.0
         self._grace_deadline: float | None = None
+        # No live job's own deadline (a running job's bound, a parked one's task deadline) comes
+        # before this time. It only ever errs low: a start or a park lowers it, while heartbeats
+        # (later lease expiries) and ended jobs leave it where it was. Every loop turn asks for
+        # the deadlines; with it, a turn does not walk every job while none can be due.
+        self._due_floor = -_INF  # unknown: the next look walks the jobs
         self._progress = ProgressCoalescer(progress_interval)
         self._counts: Counter[str] = Counter()
 
@@ -231,13 +237,6 @@ class WorkerSession:
         if self.phase is not Phase.OPEN:
             return None
         cands = [self._next_heartbeat] if self._next_heartbeat is not None else []
-        uncancelled = False
-        for rec in self._live_records():
-            if rec.state is JobState.RUNNING and rec.cancel_reason is None:
-                uncancelled = True
-                cands.append(rec.bound(self._lease_expiry(rec)))
-            elif rec.state is JobState.PARKED and rec.delivery.task_deadline is not None:
-                cands.append(rec.delivery.task_deadline)
         progress_due = self._progress.next_deadline()
         if progress_due is not None:
             cands.append(progress_due)
@@ -245,6 +244,22 @@ class WorkerSession:
             lapse = self._quota.next_lapse()  # a slot held back for an expected queue may be lent then
             if lapse is not None:
                 cands.append(lapse)
+        if cands and not self.draining and self._due_floor >= min(cands):
+            return min(cands)  # no job's deadline comes sooner (see _due_floor)
+        uncancelled = False
+        jobs_due = _INF
+        for rec in self._live_records():
+            if rec.state is JobState.RUNNING and rec.cancel_reason is None:
+                uncancelled = True
+                due = rec.bound(self._lease_expiry(rec))
+            elif rec.state is JobState.PARKED and rec.delivery.task_deadline is not None:
+                due = rec.delivery.task_deadline
+            else:
+                continue
+            jobs_due = min(jobs_due, due)
+        self._due_floor = jobs_due
+        if jobs_due != _INF:
+            cands.append(jobs_due)
         if self.draining and self._grace_deadline is not None and uncancelled:
             cands.append(self._grace_deadline)
         return min(cands) if cands else None
@@ -399,7 +414,7 @@ class WorkerSession:
         if queue not in quota.weights:
             quota.add(queue)
         if self._replaying:  # a held frame: _replay_held fills once all of them are parked
-            self._lot.park(queue, delivery.job_id)
+            self._park(queue, delivery)
             self._over_delivers = self._over_delivers or self._lot.size > self.config.concurrency
             return []
         free = self.config.concurrency - self._running
@@ -412,7 +427,7 @@ class WorkerSession:
             and can_start(delivery)
         ):
             return self._start(rec, now)
-        self._lot.park(queue, delivery.job_id)
+        self._park(queue, delivery)
         if self._running + self._lot.size > self.config.concurrency:
             self._over_delivers = True
         return self._fill(now, can_start)
@@ -518,13 +533,24 @@ class WorkerSession:
 
     def _enforce_deadlines(self, now: float) -> list[Action]:
         actions: list[Action] = []
+        if now < self._due_floor:
+            return actions  # nothing can be due yet (see _due_floor)
+        floor = _INF
         for rec in self._live_records():
             if rec.state is JobState.RUNNING:
-                if rec.cancel_reason is None and now >= rec.bound(self._lease_expiry(rec)):
-                    rec.cancel_reason = CancelReason.DEADLINE
-                    actions.append(Cancel(rec.delivery.job_id, CancelReason.DEADLINE))
-            elif rec.delivery.task_deadline is not None and now >= rec.delivery.task_deadline:
-                actions += self._answer_parked(rec, OutcomeKind.RETRY, "deadline exceeded")
+                if rec.cancel_reason is None:
+                    due = rec.bound(self._lease_expiry(rec))
+                    if now < due:
+                        floor = min(floor, due)
+                    else:
+                        rec.cancel_reason = CancelReason.DEADLINE
+                        actions.append(Cancel(rec.delivery.job_id, CancelReason.DEADLINE))
+            elif rec.delivery.task_deadline is not None:
+                if now < rec.delivery.task_deadline:
+                    floor = min(floor, rec.delivery.task_deadline)
+                else:
+                    actions += self._answer_parked(rec, OutcomeKind.RETRY, "deadline exceeded")
+        self._due_floor = floor
         return actions
 
     def _release_all(self) -> list[Action]:
@@ -553,6 +579,11 @@ class WorkerSession:
             actions += self._start(self._jobs[job_id], now)
         return actions
 
+    def _park(self, queue: str, delivery: Delivery) -> None:
+        self._lot.park(queue, delivery.job_id)
+        if delivery.task_deadline is not None:
+            self._due_floor = min(self._due_floor, delivery.task_deadline)
+
     def _start(self, rec: JobRecord, now: float) -> list[Action]:
         """Start a delivery that has a slot (it is not, or no longer, in the parking lot)."""
         d = rec.delivery
@@ -562,6 +593,10 @@ class WorkerSession:
         if d.timeout is not None and (deadline is None or now + d.timeout < deadline):
             deadline = now + d.timeout
         rec.state, rec.started_at, rec.deadline = JobState.RUNNING, now, deadline
+        due = max(d.received_at, self._last_heartbeat) + self.lease_ttl  # rec.bound(), written out
+        if deadline is not None and deadline < due:
+            due = deadline
+        self._due_floor = min(self._due_floor, due)
         self._running += 1
         self._quota.started(d.queue)
         return [_new_start(d, deadline)]
