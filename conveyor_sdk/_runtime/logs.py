@@ -106,7 +106,13 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         task_id = getattr(record, "task_id", "")
         record.task_part = f" {task_id}" if task_id else ""
-        return super().format(record)
+        if record.exc_info or record.exc_text or record.stack_info:
+            return super().format(record)  # logging's own steps, which append the traceback
+        # logging.Formatter.format for a record without a traceback, in one frame: the supervisor
+        # formats a record per task, and this format always shows the time.
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record)
+        return self.formatMessage(record)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         """logging's own text (``2026-12-02 16:37:01,123``), its second formatted once per second."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import time
 
@@ -122,3 +123,28 @@ def test_cached_second_gives_the_same_text_as_logging() -> None:
         assert text.formatTime(record) == plain.formatTime(record)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(record.msecs):03d}Z"
         assert f'"ts": "{stamp}"' in js.format(record)
+
+
+@pytest.mark.parametrize("extra", ["plain", "exc_info", "exc_text", "stack_info"])
+def test_text_format_is_loggings_own(extra: str) -> None:
+    """The text line is logging.Formatter's for the same format string (a traceback or stack appended)."""
+    fmt = "%(asctime)s %(levelname)-7s [%(child)s%(task_part)s] %(name)s: %(message)s"
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        exc_info = sys.exc_info()
+    for task_id in ("", "T1"):
+        record = logging.LogRecord(
+            "conveyor.x", logging.INFO, __file__, 1, "task %s done in %.3fs", ("a", 0.5), None
+        )
+        record.child, record.task_id = "supervisor", task_id
+        if extra == "exc_info":
+            record.exc_info = exc_info
+        elif extra == "exc_text":
+            record.exc_text = "Traceback (most recent call last):\n  child side"
+        elif extra == "stack_info":
+            record.stack_info = "Stack (most recent call last):\n  here"
+        ours = TextFormatter().format(record)
+        record.exc_text = None if extra == "exc_info" else record.exc_text  # logging formats it afresh
+        assert ours == logging.Formatter(fmt).format(record)
+        assert ours.startswith(f"{logging.Formatter().formatTime(record)} INFO    [supervisor")
