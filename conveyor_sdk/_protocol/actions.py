@@ -128,6 +128,14 @@ def result_message(
 ) -> tuple[pb.WorkerMessage, list[OutcomeKind]]:
     """The one answer to a delivery: a Result (Dispatch) or a BatchResult (BatchDispatch)."""
     msg = pb.WorkerMessage()
+    if not delivery.batch and len(outcomes) == 1 == len(delivery.tasks):  # one per task finished
+        kind, error_msg, result = wire_outcome(outcomes[0], reason)
+        res = msg.result  # filled in place: no Result of its own to copy in
+        res.task_id = delivery.tasks[0].id
+        res.error_msg = error_msg
+        res.result = result
+        res.outcome = int(kind)  # type: ignore[assignment]  # enum fields accept their numbers
+        return msg, [kind]
     results = []
     kinds = []
     for task, outcome in zip(delivery.tasks, outcomes, strict=True):
