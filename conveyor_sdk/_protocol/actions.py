@@ -114,10 +114,12 @@ def wire_outcome(outcome: OutcomeLike, reason: CancelReason | None) -> tuple[Out
         if reason is None:
             return OutcomeKind.RETRY, outcome.error_msg or "canceled", b""
         return OutcomeKind.RETRY, _CANCEL_TEXT[reason], b""
-    try:
-        kind = OutcomeKind(outcome.kind)
-    except ValueError:
-        kind = OutcomeKind.UNSPECIFIED
+    kind = outcome.kind
+    if type(kind) is not OutcomeKind:  # a plain number (a member is its own OutcomeKind(...))
+        try:
+            kind = OutcomeKind(kind)
+        except ValueError:
+            kind = OutcomeKind.UNSPECIFIED
     if kind is OutcomeKind.UNSPECIFIED:
         return OutcomeKind.RELEASED, outcome.error_msg, b""
     return kind, outcome.error_msg, outcome.result if kind is OutcomeKind.SUCCESS else b""

@@ -113,6 +113,7 @@ class Phase(enum.Enum):
 
 
 _new_start = positional_builder(Start)  # one per started job (see build.py)
+_KIND_NAMES = {kind: kind.name for kind in OutcomeKind}  # a result's counter (Enum.name is a property)
 
 
 def _always(_: Delivery) -> bool:
@@ -621,7 +622,7 @@ class WorkerSession:
     def _result_frame(self, rec: JobRecord, outcomes: Sequence[OutcomeLike]) -> Send:
         msg, kinds = result_message(rec.delivery, outcomes, rec.cancel_reason)
         for task, kind in zip(rec.delivery.tasks, kinds, strict=True):
-            self._counts[kind.name] += 1
+            self._counts[_KIND_NAMES[kind]] += 1
             self._task_index.pop(task.id, None)
             self._progress.forget(task.id)
         return Send(msg)

@@ -25,6 +25,8 @@ CASES = [  # (outcome, the core's cancel reason) -> (kind, error_msg, result) on
         (OutcomeKind.RETRY, "deadline exceeded", b""),
     ),
     (PlainOutcome(OutcomeKind.UNSPECIFIED, "?"), None, (OutcomeKind.RELEASED, "?", b"")),
+    (PlainOutcome(2, "a plain number"), None, (OutcomeKind.RETRY, "a plain number", b"")),
+    (PlainOutcome(99, "no such kind"), None, (OutcomeKind.RELEASED, "no such kind", b"")),
 ]
 
 
