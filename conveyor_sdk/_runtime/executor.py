@@ -149,18 +149,23 @@ class ProcessExecutor(Fleet):
         self.running[job.job_id] = running
         child.jobs[job.job_id] = running
         self.observer.job_started(job, child)
-        # Runs before the awaiting task resumes (callbacks keep their order), also on cancel.
-        running.future.add_done_callback(lambda _: self._forget(running, pool))
+        # Runs before the awaiting task resumes (callbacks keep their order), also on cancel. A
+        # JobDone settles the job itself and takes this callback off (see _on_done).
+        running.forget = lambda _: self._forget(running, pool)
+        running.future.add_done_callback(running.forget)
         return running.future
 
     def _forget(self, running: RunningJob, pool: Pool) -> None:
+        self._release(running)
+        self._wakeup(pool.spec.name)
+
+    def _release(self, running: RunningJob) -> None:
         job = running.job
         self.running.pop(job.job_id, None)
         running.child.jobs.pop(job.job_id, None)
         if running.kill_timer is not None:
             running.kill_timer.cancel()
         self._maybe_recycle(running.child)
-        self._wakeup(pool.spec.name)
 
     def cancel(self, job_id: str, reason: CancelReason) -> None:
         running = self.running.get(job_id)
@@ -288,6 +293,13 @@ class ProcessExecutor(Fleet):
             outcomes = [Outcome(OutcomeKind.RETRY, msg) for _ in running.job.tasks]
         child.tasks_done += 1
         self.observer.job_finished(running.job, outcomes, message.duration)
+        # Settled here, not by the future's callback: a callback is a loop callback of its own,
+        # one per task. The session hears of the freed slot once for the turn's JobDones, at the
+        # start of the next turn, as before: ahead of the job's own done callbacks.
+        if running.forget is not None:
+            running.future.remove_done_callback(running.forget)
+        self._release(running)
+        self._wakeup_soon(child.pool)
         running.future.set_result(outcomes)
 
     def _on_gone(self, child: ChildProc) -> None:

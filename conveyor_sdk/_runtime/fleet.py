@@ -117,6 +117,7 @@ class Fleet:
         # Jobs ``run`` accepted while no child had a free slot: job id -> a cancel that came meanwhile.
         self.waiting: dict[str, CancelReason | None] = {}
         self._wakeups: dict[str | None, Callable[[], None]] = {}  # pool name (None = every pool) -> wakeup
+        self._wake_soon: dict[str, None] = {}  # pools to wake at the next loop turn (an ordered set)
         self._next_index = 0
         self._generation = 0
         self._closing = False
@@ -146,6 +147,17 @@ class Fleet:
             one = self._wakeups.get(key)
             if one is not None:
                 one()
+
+    def _wakeup_soon(self, pool: str) -> None:
+        """:meth:`_wakeup` for ``pool`` at the next loop turn, once however many jobs of this turn ask."""
+        if not self._wake_soon:
+            asyncio.get_running_loop().call_soon(self._wake_pending)
+        self._wake_soon[pool] = None
+
+    def _wake_pending(self) -> None:
+        pools, self._wake_soon = self._wake_soon, {}
+        for pool in pools:
+            self._wakeup(pool)
 
     def spawn(self) -> None:
         """Start every pool's children (synchronous; call before opening connections)."""

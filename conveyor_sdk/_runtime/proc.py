@@ -75,6 +75,7 @@ class RunningJob:
     kill_timer: Timer | None = None
     victim: bool = False  # its child is being killed because of this job
     started_wall: float = 0.0  # epoch seconds
+    forget: Callable[[asyncio.Future[list[Outcome]]], None] | None = None  # the future's done callback
 
 
 def describe_exit(returncode: int | None) -> str:
