@@ -461,7 +461,11 @@ class WorkerSession:
             padded = [*outcomes[: len(rec.delivery.tasks)]]
             padded += [MISSING_OUTCOME] * (len(rec.delivery.tasks) - len(padded))
             actions.append(self._result_frame(rec, padded))
-        return actions + self._fill(now, can_start) + self._maybe_close(now)
+        if self._lot.size:  # _fill has nothing to start otherwise (the usual case: nothing parked)
+            actions += self._fill(now, can_start)
+        if self.draining:  # _maybe_close closes only a draining session
+            actions += self._maybe_close(now)
+        return actions
 
     def capacity_changed(self, now: float, can_start: CanStart = _always) -> list[Action]:
         """The executor freed capacity (its wakeup callback): try to start parked jobs."""

@@ -287,7 +287,11 @@ class ProcessExecutor(Fleet):
         running = child.jobs.get(message.job_id)
         if running is None or running.future.done():
             return
-        outcomes = [pipe.outcome_from_msg(o) for o in message.outcomes]
+        msgs = message.outcomes
+        if len(msgs) == 1:  # a single task (most jobs): no comprehension to run
+            outcomes = [pipe.outcome_from_msg(msgs[0])]
+        else:
+            outcomes = [pipe.outcome_from_msg(o) for o in msgs]
         if len(outcomes) != len(running.job.tasks):
             msg = f"child returned {len(outcomes)} outcomes for {len(running.job.tasks)} tasks"
             outcomes = [Outcome(OutcomeKind.RETRY, msg) for _ in running.job.tasks]

@@ -188,8 +188,13 @@ class Driver:
                 self.probe.cancel()
                 self.opener = asyncio.create_task(self._open())
             self._execute(self.machine.tick(now, self.jobs.can_start))
-            while self.events and self.stopped is None:
-                await self._handle(self.events.popleft())
+            events = self.events
+            while events and self.stopped is None:
+                event = events.popleft()
+                if type(event) is JobDone:  # one per task: handled without a coroutine of its own
+                    self._job_done(event)
+                else:
+                    await self._handle(event)
             if self._nothing_left():
                 await self._park()
 
@@ -218,17 +223,21 @@ class Driver:
         cands = [d for d in (self.machine.next_deadline(), self.reconnect_at) if d is not None]
         return min(cands) if cands else None
 
+    def _job_done(self, event: JobDone) -> None:
+        now = self.clock.now()
+        outcomes = self.jobs.finished(event.job_id, event.outcomes, now)
+        try:
+            actions = self.machine.job_finished(event.job_id, outcomes, now, self.jobs.can_start)
+        except ProtocolError as exc:  # an executor reported a job twice: refuse, keep serving
+            self.log.error("%s", exc)
+            return
+        self._execute(actions)
+
     async def _handle(self, event: Event) -> None:
         now = self.clock.now()
         machine = self.machine
         if isinstance(event, JobDone):
-            outcomes = self.jobs.finished(event.job_id, event.outcomes, now)
-            try:
-                actions = machine.job_finished(event.job_id, outcomes, now, self.jobs.can_start)
-            except ProtocolError as exc:  # an executor reported a job twice: refuse, keep serving
-                self.log.error("%s", exc)
-                return
-            self._execute(actions)
+            self._job_done(event)
         elif isinstance(event, ProgressReported):
             self._execute(machine.progress(event.task_id, event.percent, event.message, now))
         elif isinstance(event, CapacityFreed):
