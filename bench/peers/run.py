@@ -48,7 +48,7 @@ class Sizes:
     timeout: float
 
 
-FULL = Sizes(noop=5000, lat=100, cpu=600, seq=1000, timeout=300)
+FULL = Sizes(noop=10_000, lat=100, cpu=600, seq=1000, timeout=300)  # no-op: issue 32 measured 10,000
 SMOKE = Sizes(noop=200, lat=5, cpu=30, seq=30, timeout=120)
 
 
