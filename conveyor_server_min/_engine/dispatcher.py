@@ -143,7 +143,7 @@ class Dispatcher:
             self.unpark(q, key)
 
     # --- the pump --------------------------------------------------------------------------------
-    def pump(self) -> int:
+    def pump(self, now: int | None = None) -> int:
         """Dispatch until nothing more can go; returns the number of deliveries made.
 
         Cost follows the queues that hold ready tasks, never the number of queues a session declared:
@@ -151,7 +151,8 @@ class Dispatcher:
         """
         if not (self._dirty or self._dirty_sessions):
             return 0
-        now = self.clock.now()
+        if now is None:
+            now = self.clock.now()
         made = 0
         while self._dirty or self._dirty_sessions:
             while self._dirty_sessions:

@@ -173,7 +173,7 @@ class Engine:
         grown, self._grown = self._grown, []
         for task in grown:
             self._maybe_fire_full(task, now)
-        self.pump()
+        self.pump(now)
 
     # --- worker sessions -------------------------------------------------------------------------
     def open_session(
@@ -268,32 +268,36 @@ class Engine:
         delivery = session.by_task.get(task_id)
         if delivery is None:
             return
-        self._apply(session, delivery, (task_id, outcome, message, data))
+        now = self.clock.now()
+        self._apply(session, delivery, (task_id, outcome, message, data), now)
         self.dispatcher.mark_session(session)
-        self.pump()
+        self.pump(now)
 
     def batch_result(self, session: SessionState, results: Sequence[tuple[str, int, str, bytes]]) -> None:
         """A BatchResult: members omitted from ``results`` are RELEASED; one slot is refunded per batch."""
         touched: dict[int, Delivery] = {}
+        now = self.clock.now()
         for report in results:
             delivery = session.by_task.get(report[0])
             if delivery is None:
                 continue
             touched[delivery.id] = delivery
-            self._apply(session, delivery, report)
+            self._apply(session, delivery, report, now)
         for delivery in touched.values():
             for task_id in list(delivery.members):
-                self._apply(session, delivery, (task_id, Outcome.RELEASED, "", b""))
+                self._apply(session, delivery, (task_id, Outcome.RELEASED, "", b""), now)
             session.remove(delivery)
         self.dispatcher.mark_session(session)
-        self.pump()
+        self.pump(now)
 
-    def _apply(self, session: SessionState, delivery: Delivery, report: tuple[str, int, str, bytes]) -> None:
+    def _apply(
+        self, session: SessionState, delivery: Delivery, report: tuple[str, int, str, bytes], now: int
+    ) -> None:
         task_id, outcome, message, data = report
         task = self._leased(task_id, delivery.members[task_id])
         session.forget_member(delivery, task_id)
         if task is not None:
-            self.transitions.apply_outcome(task, outcome, message, data, self.now())
+            self.transitions.apply_outcome(task, outcome, message, data, now)
 
     def heartbeat(self, session: SessionState, task_ids: Sequence[str]) -> None:
         """Extend listed leases; Cancel listed tasks whose lease was lost; drop lost unlisted ones."""
@@ -405,9 +409,10 @@ class Engine:
             self.dispatcher.mark(queue)
         self.pump()
 
-    def pump(self) -> None:
-        """Dispatch what can go now, then let the timer loop know if the timers changed."""
-        self.dispatcher.pump()
+    def pump(self, now: int | None = None) -> None:
+        """Dispatch what can go now (``now``: the caller's reading of the clock, when it has one),
+        then let the timer loop know if the timers changed."""
+        self.dispatcher.pump(now)
         timers = (self.broker.timers_added, self.dispatcher.rate_wake)
         if timers != self._timers_told:
             # Only an added timer or a new rate wake can make the next timer earlier; a timer that

@@ -19,6 +19,7 @@ nothing here reads a clock or does I/O. :func:`render` turns a snapshot into the
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -50,12 +51,7 @@ class Histogram:
     n: int = 0
 
     def observe(self, seconds: float) -> None:
-        index = len(BUCKETS)
-        for i, bound in enumerate(BUCKETS):
-            if seconds <= bound:
-                index = i
-                break
-        self.counts[index] += 1
+        self.counts[bisect_left(BUCKETS, seconds)] += 1  # the first bound at or above it (or +Inf)
         self.total += seconds
         self.n += 1
 

@@ -59,10 +59,12 @@ class TaskService:
     async def enqueue_batch(self, req: pb.EnqueueBatchRequest, ctx: CallContext) -> pb.EnqueueBatchResponse:
         check_batch_size(len(req.tasks))
         response = pb.EnqueueBatchResponse()
+        engine = self.engine
         for item in req.tasks:
             result = response.results.add()
             try:
-                self.engine.enqueue(self._build(item), partial(fill_task_info, result.task))
+                now = engine.clock.now()
+                engine.enqueue(self._build(item, now), partial(fill_task_info, result.task), now=now)
             except ConveyorError as exc:  # raised before anything was written into result.task
                 result.error = exc.message or exc.code.connect_name
         return response

@@ -9,12 +9,15 @@ import sys
 from collections.abc import Callable
 
 import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conveyor_sdk.client import Client
 from conveyor_sdk.types import RetryPolicy, TaskState
 from conveyor_sdk.worker import Registry, SkipRetry, TaskContext, TaskData, Worker
 from conveyor_server_min._engine.clock import FakeClock
 from conveyor_server_min._engine.engine import Engine
+from conveyor_server_min._engine.metrics import BUCKETS, Histogram
 from conveyor_server_min._engine.model import State, Task
 from conveyor_server_min.config import ConfigError, ServerConfig, build_config
 from conveyor_server_min.server import Server
@@ -197,3 +200,18 @@ def test_conveyor_server_prints_the_metrics_url(server_factory: Callable[..., Se
     )  # fmt: skip
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "--metrics-port" in bad.stderr
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(BUCKETS), st.floats(0, 20_000, allow_nan=False)), max_size=40))
+def test_a_histogram_counts_each_sample_in_the_first_bucket_at_or_above_it(samples: list[float]) -> None:
+    """Prometheus buckets are upper bounds: a sample equal to a bound counts in that bound's bucket,
+    one above every bound in +Inf."""
+    histogram = Histogram()
+    for seconds in samples:
+        histogram.observe(seconds)
+    expected = [0] * (len(BUCKETS) + 1)
+    for seconds in samples:
+        expected[next((i for i, bound in enumerate(BUCKETS) if seconds <= bound), len(BUCKETS))] += 1
+    assert histogram.counts == expected
+    assert histogram.n == len(samples) and histogram.total == sum(samples)
