@@ -154,7 +154,7 @@ def register(app: typer.Typer) -> None:
             int | None,
             typer.Option(
                 envvar="CONVEYOR_CONCURRENCY",
-                help="Tasks at once, 1..100000 (default: 32 per process, 64 in-process, when every handler "
+                help="Tasks at once, 1..100000 (default: 64 per process, and in-process, when every handler "
                 "is async; 8 per process when any is sync).",
             ),
         ] = None,

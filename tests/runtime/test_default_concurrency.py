@@ -1,6 +1,6 @@
 """Default concurrency: what ``conveyor worker`` and ``Worker`` declare when no concurrency is given.
 
-docs/runtime.md ("Defaults") promises 32 slots per child process (64 in-process) for an app
+docs/runtime.md ("Defaults") promises 64 slots per child process (64 in-process) for an app
 whose handlers are all async, and 8 per process once any handler is sync. The declared
 figure is read where it matters, in the session's Hello, from a scripted server.
 """
@@ -52,7 +52,7 @@ async def _declared(start: Callable[[str], object]) -> int:
 @pytest.mark.parametrize(
     "case",
     [
-        (ASYNC_APP, ("--processes", "2"), 64, "32 slots each"),
+        (ASYNC_APP, ("--processes", "2"), 128, "64 slots each"),
         (MIXED_APP, ("--processes", "2"), 16, "8 slots each"),
         (ASYNC_APP, ("--processes", "0"), 64, None),
         (MIXED_APP, ("--processes", "0"), 8, None),
@@ -64,7 +64,7 @@ def test_cli_default_concurrency_follows_the_handlers(
     worker_factory: Callable[..., WorkerProc],
     case: tuple[str, tuple[str, ...], int, str | None],
 ) -> None:
-    """Async-only: 32 per process (64 in-process); any sync handler: 8 per process; a flag wins."""
+    """Async-only: 64 per process (64 in-process); any sync handler: 8 per process; a flag wins."""
     source, args, declared, slots_line = case
     folder = write_app("defaultsapp", source)
     procs: list[WorkerProc] = []
