@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from conveyor_sdk._runtime.supervisor import EXIT_SESSION, Supervisor, Superviso
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk.errors import Code
 from conveyor_sdk.testing import PeerSession, ScriptedPeer
+from tests._frames import welcome
 from tests._util import eventually
 
 APP = """
@@ -36,12 +38,7 @@ async def t(task, ctx):
 """
 
 
-def _welcome() -> pb.ServerMessage:
-    msg = pb.ServerMessage()
-    msg.welcome.session_id = "S-parked"
-    msg.welcome.lease_ttl.FromMilliseconds(3000)
-    msg.welcome.heartbeat_interval.FromMilliseconds(200)
-    return msg
+_welcome = partial(welcome, "S-parked", 3, 0.2)
 
 
 def _dispatch(tid: str, queue: str) -> pb.ServerMessage:

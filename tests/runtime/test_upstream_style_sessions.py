@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from conveyor_sdk._runtime.supervisor import Supervisor, SupervisorConfig
 from conveyor_sdk._worker.registry import Registry
 from conveyor_sdk.testing import PeerSession, ScriptedPeer
 from conveyor_sdk.worker import TaskContext, TaskData, Worker
+from tests._frames import welcome
 
 WEIGHTS = {"wa": 3, "wb": 1}
 STARTS = 40
@@ -37,12 +39,7 @@ def t(task, ctx):
 """
 
 
-def _welcome() -> pb.ServerMessage:
-    msg = pb.ServerMessage()
-    msg.welcome.session_id = "S-upstream"
-    msg.welcome.lease_ttl.FromSeconds(30)
-    msg.welcome.heartbeat_interval.FromSeconds(10)
-    return msg
+_welcome = partial(welcome, "S-upstream", 30, 10)
 
 
 async def _serve_per_queue(sess: PeerSession, concurrency: int, results: int, *, early: bool) -> None:

@@ -7,6 +7,7 @@ import contextvars
 import inspect
 import logging
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 
@@ -20,14 +21,9 @@ from conveyor_sdk._worker.jobs import Jobs, Run
 from conveyor_sdk._worker.outcomes import cancelled_outcome
 from conveyor_sdk.testing import PeerSession, ScriptedPeer
 from conveyor_sdk.worker import Registry, TaskContext, TaskData, Worker
+from tests._frames import welcome
 
-
-def _welcome() -> pb.ServerMessage:
-    msg = pb.ServerMessage()
-    msg.welcome.session_id = "S-latency"
-    msg.welcome.lease_ttl.FromSeconds(30)
-    msg.welcome.heartbeat_interval.FromSeconds(10)
-    return msg
+_welcome = partial(welcome, "S-latency", 30, 10)
 
 
 def _dispatch(tid: str) -> pb.ServerMessage:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TypeVar
 
 from hypothesis import example, given, settings
@@ -16,6 +17,7 @@ from conveyor_sdk._protocol.hello import SessionConfig
 from conveyor_sdk._protocol.session import Action, CanStart, Reconnect, Start, WorkerSession, _always
 from conveyor_sdk._protocol.types import OutcomeKind
 from conveyor_sdk.errors import Unavailable
+from tests._frames import welcome
 
 T0 = 1_000_000.0
 OK = PlainOutcome(OutcomeKind.SUCCESS)
@@ -34,12 +36,7 @@ class _Walker(WorkerSession):
         return super().tick(now, can_start)
 
 
-def _welcome() -> pb.ServerMessage:
-    msg = pb.ServerMessage()
-    msg.welcome.session_id = "S1"
-    msg.welcome.lease_ttl.FromNanoseconds(3_000_000_000)
-    msg.welcome.heartbeat_interval.FromNanoseconds(1_000_000_000)
-    return msg
+_welcome = partial(welcome, "S1", 3, 1)
 
 
 def _dispatch(tid: str, deadline: float | None, timeout: float | None) -> pb.ServerMessage:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 
 import pytest
 from hypothesis import given, settings
@@ -34,6 +35,7 @@ from conveyor_sdk.errors import (
     Unauthenticated,
     Unavailable,
 )
+from tests._frames import welcome
 
 T0 = 1_000_000.0
 OK = PlainOutcome(OutcomeKind.SUCCESS)
@@ -45,13 +47,7 @@ def _cfg(concurrency: int = 2, queues: dict[str, int] | None = None) -> SessionC
     )
 
 
-def _welcome(ttl: float = 3.0, interval: float | None = 1.0) -> pb.ServerMessage:
-    msg = pb.ServerMessage()
-    msg.welcome.session_id = "S1"
-    msg.welcome.lease_ttl.FromNanoseconds(int(ttl * 1e9))
-    if interval is not None:
-        msg.welcome.heartbeat_interval.FromNanoseconds(int(interval * 1e9))
-    return msg
+_welcome = partial(welcome, "S1")  # ttl=, interval= as the tests need
 
 
 def _env(tid: str, queue: str = "default", type_: str = "t", deadline: float | None = None,
