@@ -157,10 +157,10 @@ class Router:
                 return None
             unary = route[0]
             assert unary is not None  # runs_inline: a unary path; _admit: a Connect unary content-type
-            if len(body) > self.max_message:
-                raise ResourceExhausted(f"request body exceeds the limit of {self.max_message} bytes")
-            data = decompress(io.headers.get(neg.compression_header), body, self.max_message)
-            request = neg.codec.decode(data, unary.request_type)
+            encoding = io.headers.get(neg.compression_header)
+            request = self._connect_request(
+                neg, unary.request_type, encoding, self._whole(body, self.max_message)
+            )
             timeout = parse_timeout(Wire.CONNECT_UNARY, io.headers)
             call = unary.handler(request, route[2])
             if type(call) is CoroutineType:
@@ -196,6 +196,11 @@ class Router:
             response = await Continuation.after(call, waiting_on)
         else:
             response = await resume_timed(call, waiting_on, deadline)
+        await self._answer(reply, neg, response)
+
+    @staticmethod
+    async def _answer(reply: Reply, neg: Negotiated, response: Message) -> None:
+        """A unary call's response, in one step when the transport can."""
         payload = neg.codec.encode(response)
         if not reply.whole(payload):
             await reply.unary(payload)
@@ -237,10 +242,7 @@ class Router:
         if unary is not None:
             request = await self._read_unary(io, neg, unary.request_type, encoding, body)
             timeout = parse_timeout(wire, io.headers)
-            response = await with_timeout(unary.handler(request, ctx), timeout)
-            payload = neg.codec.encode(response)
-            if not reply.whole(payload):
-                await reply.unary(payload)
+            await self._answer(reply, neg, await with_timeout(unary.handler(request, ctx), timeout))
         elif stream is not None:
             request = await self._read_framed_single(io, neg, stream.request_type, encoding, body)
             await self._stream_out(stream, request, ctx, neg, reply)
@@ -335,11 +337,21 @@ class Router:
                     return
                 yield decode(data, pb.WorkerMessage)
 
+    def _whole(self, body: bytes, limit: int) -> bytes:
+        """A body that arrived whole, within ``limit``."""
+        if len(body) > limit:
+            raise ResourceExhausted(f"request body exceeds the limit of {self.max_message} bytes")
+        return body
+
+    def _connect_request(
+        self, neg: Negotiated, cls: type[Message], encoding: str | None, body: bytes
+    ) -> Message:
+        """A Connect unary request's message from its whole body."""
+        return neg.codec.decode(decompress(encoding, body, self.max_message), cls)
+
     async def _read_body(self, io: CallIO, limit: int, body: bytes | None) -> bytes:
         if body is not None:
-            if len(body) > limit:
-                raise ResourceExhausted(f"request body exceeds the limit of {self.max_message} bytes")
-            return body
+            return self._whole(body, limit)
         parts: list[bytes] = []
         size = 0
         while (chunk := await io.read_chunk(self.body_timeout)) is not None:
@@ -354,8 +366,7 @@ class Router:
     ) -> Message:
         if neg.wire is not Wire.CONNECT_UNARY:
             return await self._read_framed_single(io, neg, cls, encoding, whole)
-        body = await self._read_body(io, self.max_message, whole)
-        return neg.codec.decode(decompress(encoding, body, self.max_message), cls)
+        return self._connect_request(neg, cls, encoding, await self._read_body(io, self.max_message, whole))
 
     async def _read_framed_single(
         self, io: CallIO, neg: Negotiated, cls: type[Message], encoding: str | None, whole: bytes | None
