@@ -109,12 +109,10 @@ class Engine:
         if view is None:
             self._after_commit(now)
             return task
-        if task.group or self.dispatcher.may_take(task.queue):
-            committed = task.snapshot()
-            self._after_commit(now)
-            return view(committed)
+        changeable = task.group or self.dispatcher.may_take(task.queue)  # by the dispatch below
+        committed = task.snapshot() if changeable else task
         self._after_commit(now)
-        return view(task)
+        return view(committed)
 
     @overload
     def enqueue_tx(self, tasks: Sequence[Task]) -> list[Task]: ...
